@@ -1,0 +1,42 @@
+# vllm-sizer: `make run` (the demo on emulated vLLM replicas) and `make test` (the whole suite).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: run test test-fast test-vllm validate-vllm lint bench venv prometheus clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# Debian's Prometheus server, used by the integration tests (started by the tests on loopback).
+prometheus:
+	@command -v prometheus >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+run: venv
+	$(VENV)/bin/vllm-sizer demo
+
+test: venv prometheus
+	$(VENV)/bin/ruff check model exporter tests bench
+	$(PY) -m pytest -m "not vllm" -q
+
+test-fast: venv
+	$(PY) -m pytest -m "not vllm and not integration" -q
+
+lint: venv
+	$(VENV)/bin/ruff check model exporter tests bench
+
+bench: venv
+	$(PY) bench/model_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

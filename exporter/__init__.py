@@ -1,0 +1,1 @@
+"""vllm-sizer's I/O side: collector, recommender daemon, HTTP server, emulator and CLI."""
