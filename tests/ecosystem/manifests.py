@@ -1,0 +1,123 @@
+"""Offline schema checks for the Kubernetes manifests in config/k8s/.
+
+Built-in kinds go through `kubernetes-validate` (bundled Kubernetes JSON schemas, strict: unknown
+fields fail). KEDA and Prometheus Operator kinds go through the `openAPIV3Schema` of their upstream
+CRDs in the shared data folder, with apiVersion/kind pinned and unknown fields rejected the way the
+API server's strict field validation does.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from tests.conftest import REPO_ROOT, shared_path
+
+K8S_DIR = REPO_ROOT / "config" / "k8s"
+
+# Oldest cluster the manifests target (HPA behavior.tolerance is beta and on from 1.34) and the
+# newest schema kubernetes-validate bundles.
+KUBERNETES_VERSIONS = ("1.34", "1.37")
+
+CRD_FILES = {
+    "ScaledObject": "keda.sh_scaledobjects.yaml",
+    "TriggerAuthentication": "keda.sh_triggerauthentications.yaml",
+    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+    "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
+}
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+Manifest = dict[str, Any]
+
+
+def manifest_files() -> list[Path]:
+    """Every YAML file under config/k8s/, sorted."""
+    return sorted(K8S_DIR.rglob("*.yaml"))
+
+
+def load_documents(path: Path) -> list[Manifest]:
+    """The non-empty documents of one multi-document YAML file."""
+    with path.open() as fh:
+        return [doc for doc in yaml.load_all(fh, Loader=_Loader) if doc]
+
+
+def all_manifests() -> list[tuple[str, Manifest]]:
+    """(id, document) for every document of every file: id = `<file>:<Kind>/<name>`."""
+    out = []
+    for path in manifest_files():
+        for doc in load_documents(path):
+            rel = path.relative_to(K8S_DIR).as_posix()
+            out.append((f"{rel}:{doc.get('kind')}/{doc.get('metadata', {}).get('name')}", doc))
+    return out
+
+
+def find(kind: str, name: str | None = None, file: str | None = None) -> Manifest:
+    """The one manifest of `kind` (and `name`, and relative `file`) under config/k8s/."""
+    hits = [
+        doc
+        for ident, doc in all_manifests()
+        if doc.get("kind") == kind
+        and (name is None or doc["metadata"]["name"] == name)
+        and (file is None or ident.startswith(f"{file}:"))
+    ]
+    if len(hits) != 1:
+        raise LookupError(f"expected one {kind} named {name!r} in {file!r}, found {len(hits)}")
+    return hits[0]
+
+
+def _close(node: Any) -> None:
+    """Reject unknown keys wherever the schema declares properties (strict field validation)."""
+    if isinstance(node, dict):
+        if (
+            "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            node["additionalProperties"] = False
+        for value in node.values():
+            _close(value)
+    elif isinstance(node, list):
+        for value in node:
+            _close(value)
+
+
+@functools.cache
+def crd_validator(kind: str) -> jsonschema.Draft4Validator:
+    """A strict Draft-4 validator for the served+storage version of `kind`'s CRD."""
+    with shared_path("data", "schemas", CRD_FILES[kind]).open() as fh:
+        crd = yaml.load(fh, Loader=_Loader)
+    (version,) = [v for v in crd["spec"]["versions"] if v["served"] and v["storage"]]
+    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+    # `enum`, not `const`: Draft 4 ignores `const`.
+    schema["properties"]["apiVersion"] = {"enum": [f"{crd['spec']['group']}/{version['name']}"]}
+    schema["properties"]["kind"] = {"enum": [crd["spec"]["names"]["kind"]]}
+    schema["required"] = sorted(set(schema.get("required", [])) | {"apiVersion", "kind"})
+    _close(schema)
+    return jsonschema.Draft4Validator(schema)
+
+
+def schema_errors(doc: Manifest) -> list[str]:
+    """Every schema violation of one manifest (empty = valid); an unknown kind is an error."""
+    kind = doc.get("kind")
+    if kind in CRD_FILES:
+        return [
+            f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+            for e in crd_validator(kind).iter_errors(doc)
+        ]
+    errors = []
+    for version in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = "/".join(map(str, exc.path)) or "<root>"
+            errors.append(f"k8s {version} {path}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            errors.append(f"k8s {version}: no schema for {kind}: {exc}")
+    return errors
