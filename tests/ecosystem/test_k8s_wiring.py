@@ -1,0 +1,325 @@
+"""What the schemas cannot check: the manifests agree with each other and scale on the right rule.
+
+KEDA and the HPA must land exactly on the sizer's recommendation (AverageValue, target 1, no
+tolerance, no stacked windows), a missing metric must never read as 0, sidecar copies must be
+folded with max (never summed), and every selector, port name and name reference must resolve.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+
+from tests.ecosystem.manifests import Manifest, find
+
+SIZER_PORT = 9464
+SCALED = "llama-8b-vllm"
+DESIRED = "vllm_sizer_desired_replicas"
+
+
+def scaled_object() -> Manifest:
+    return find("ScaledObject", SCALED)
+
+
+def trigger() -> dict[str, Any]:
+    (trig,) = scaled_object()["spec"]["triggers"]
+    return trig
+
+
+def hpa() -> Manifest:
+    return find("HorizontalPodAutoscaler", SCALED)
+
+
+def vllm_deployment() -> Manifest:
+    return find("Deployment", SCALED, file="sidecar/deployment.yaml")
+
+
+def sizer_configs() -> dict[str, dict[str, Any]]:
+    """Mode -> the parsed config.yaml of that mode's ConfigMap."""
+    return {
+        mode: yaml.safe_load(
+            find("ConfigMap", file=f"{mode}/configmap.yaml")["data"]["config.yaml"]
+        )
+        for mode in ("sidecar", "central")
+    }
+
+
+def containers(deployment: Manifest) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+
+
+def port_names(container: dict[str, Any]) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+
+
+def selectors(expr: promql_parser.Expr) -> list[promql_parser.VectorSelector]:
+    found: list[promql_parser.VectorSelector] = []
+    promql_parser.walk(
+        expr, lambda n: found.append(n) if isinstance(n, promql_parser.VectorSelector) else None
+    )
+    return found
+
+
+def aggregations(expr: promql_parser.Expr) -> list[str]:
+    ops: list[str] = []
+    promql_parser.walk(
+        expr,
+        lambda n: ops.append(str(n.op)) if isinstance(n, promql_parser.AggregateExpr) else None,
+    )
+    return ops
+
+
+def matchers(sel: promql_parser.VectorSelector) -> dict[str, str]:
+    return {m.name: m.value for m in sel.matchers.matchers}
+
+
+def hpa_replicas(metric: float, target: float, current: int, metric_type: str) -> int:
+    """The HPA's external-metric rule (replica_calculator.go), tolerance 0."""
+    if metric_type == "AverageValue":
+        return math.ceil(metric / target)
+    if metric_type == "Value":
+        return math.ceil(metric / target * current)
+    raise ValueError(f"`metric_type` must be AverageValue or Value, got {metric_type!r}")
+
+
+# --- KEDA ----------------------------------------------------------------------------------------
+
+
+def test_scaled_object_targets_the_vllm_deployment() -> None:
+    ref = scaled_object()["spec"]["scaleTargetRef"]
+    assert (ref["apiVersion"], ref["kind"], ref["name"]) == ("apps/v1", "Deployment", SCALED)
+    assert vllm_deployment()["metadata"]["namespace"] == scaled_object()["metadata"]["namespace"]
+
+
+def test_trigger_lands_exactly_on_the_recommendation() -> None:
+    trig = trigger()
+    meta = trig["metadata"]
+    assert trig["type"] == "prometheus"
+    assert trig["metricType"] == "AverageValue"
+    assert meta["threshold"] == "1"
+    assert meta["activationThreshold"] == "0"
+    # A vanished gauge must be an error (-> fallback), not a 0 that scales to minReplicaCount.
+    assert meta["ignoreNullValues"] == "false"
+    assert {"serverAddress", "query", "threshold"} <= set(meta)
+
+
+@pytest.mark.parametrize("current", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("desired", [1, 2, 4, 7])
+def test_average_value_gives_the_desired_count_whatever_the_current(current, desired) -> None:
+    threshold = float(trigger()["metadata"]["threshold"])
+    metric_type = trigger()["metricType"]
+    assert hpa_replicas(desired, threshold, current, metric_type) == desired
+    if current > 1:  # Value would multiply by the current count: the runaway this wiring avoids
+        assert hpa_replicas(desired, threshold, current, "Value") == desired * current
+
+
+def test_trigger_query_is_max_of_the_desired_gauge_for_this_deployment() -> None:
+    expr = promql_parser.parse(trigger()["metadata"]["query"])
+    assert isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "max"
+    # Sidecar mode has one copy per pod: summing them would multiply the recommendation.
+    assert "sum" not in aggregations(expr)
+    desired = [s for s in selectors(expr) if s.name == DESIRED]
+    assert len(desired) == 1
+    assert matchers(desired[0]) == {
+        "namespace": scaled_object()["metadata"]["namespace"],
+        "deployment": scaled_object()["spec"]["scaleTargetRef"]["name"],
+    }
+    # Freshness guard: a sizer without a recent successful cycle contributes nothing.
+    names = {s.name for s in selectors(expr)}
+    assert "vllm_sizer_last_successful_cycle_timestamp_seconds" in names
+
+
+def test_fallback_holds_the_current_count_on_outage() -> None:
+    spec = scaled_object()["spec"]
+    fallback = spec["fallback"]
+    assert fallback["behavior"] == "currentReplicasIfHigher"
+    assert fallback["failureThreshold"] >= 1
+    assert spec["minReplicaCount"] <= fallback["replicas"] <= spec["maxReplicaCount"]
+    # The CRD's CEL rule (min <= max) is only evaluated by the API server.
+    assert spec["minReplicaCount"] <= spec["maxReplicaCount"]
+
+
+@pytest.mark.parametrize("which", ["keda", "hpa"])
+def test_behavior_has_no_dead_band_and_no_stacked_windows(which) -> None:
+    behavior = (
+        scaled_object()["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        if which == "keda"
+        else hpa()["spec"]["behavior"]
+    )
+    for direction in ("scaleUp", "scaleDown"):
+        rules = behavior[direction]
+        assert float(rules["tolerance"]) == 0, direction
+        # The sizer already stabilizes scale-down over its own window; a second would stack.
+        assert rules["stabilizationWindowSeconds"] == 0, direction
+    # A scale-up policy must allow reaching maxReplicas from minReplicas in one period.
+    spec = scaled_object()["spec"] if which == "keda" else hpa()["spec"]
+    top = spec.get("maxReplicaCount", spec.get("maxReplicas"))
+    pods_steps = [p["value"] for p in behavior["scaleUp"]["policies"] if p["type"] == "Pods"]
+    assert max(pods_steps) >= top - 1
+
+
+def test_trigger_authentication_supplies_the_bearer_token() -> None:
+    trig = trigger()
+    assert trig["metadata"]["authModes"] == "bearer"
+    ref = trig["authenticationRef"]
+    auth = find(ref.get("kind", "TriggerAuthentication"), ref["name"])
+    assert auth["metadata"]["namespace"] == scaled_object()["metadata"]["namespace"]
+    params = {entry["parameter"] for entry in auth["spec"]["secretTargetRef"]}
+    assert params == {"bearerToken"}
+
+
+# --- HPA + prometheus-adapter --------------------------------------------------------------------
+
+
+def adapter_rule() -> dict[str, Any]:
+    config = yaml.safe_load(find("ConfigMap", "prometheus-adapter")["data"]["config.yaml"])
+    (rule,) = config["externalRules"]
+    return rule
+
+
+def render_adapter_template(template: str, series: str, label_matchers: str) -> str:
+    """prometheus-adapter's Go-template placeholders, filled the way the adapter fills them."""
+    return (
+        template.replace("<<.Series>>", series)
+        .replace("<<.LabelMatchers>>", label_matchers)
+        .replace("<<.GroupBy>>", "deployment")
+    )
+
+
+def test_hpa_uses_the_external_gauge_with_average_value_1() -> None:
+    spec = hpa()["spec"]
+    assert spec["scaleTargetRef"]["name"] == SCALED
+    (metric,) = spec["metrics"]  # the HPA takes the max over metrics: one only
+    assert metric["type"] == "External"
+    ext = metric["external"]
+    assert ext["metric"]["name"] == DESIRED
+    assert ext["metric"]["selector"]["matchLabels"] == {"deployment": SCALED}
+    assert ext["target"] == {"type": "AverageValue", "averageValue": "1"}
+
+
+def test_adapter_rule_serves_the_hpa_metric_and_folds_copies_with_max() -> None:
+    rule = adapter_rule()
+    assert rule["name"]["as"] == hpa()["spec"]["metrics"][0]["external"]["metric"]["name"]
+    assert rule["resources"]["overrides"]["namespace"] == {"resource": "namespace"}
+    series = promql_parser.parse(rule["seriesQuery"])
+    assert isinstance(series, promql_parser.VectorSelector) and series.name == DESIRED
+    query = render_adapter_template(
+        rule["metricsQuery"], DESIRED, f'namespace="inference",deployment="{SCALED}"'
+    )
+    expr = promql_parser.parse(query)
+    # The HPA sums every series it gets; one per deployment, folded with max.
+    assert isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "max"
+    assert list(expr.modifier.labels) == ["deployment"]
+    assert "sum" not in aggregations(expr)
+    (desired,) = [s for s in selectors(expr) if s.name == DESIRED]
+    assert matchers(desired)["deployment"] == SCALED
+
+
+def test_keda_hpa_and_sizer_configs_clamp_to_the_same_bounds() -> None:
+    keda_spec, hpa_spec = scaled_object()["spec"], hpa()["spec"]
+    bounds = {
+        "keda": (keda_spec["minReplicaCount"], keda_spec["maxReplicaCount"]),
+        "hpa": (hpa_spec["minReplicas"], hpa_spec["maxReplicas"]),
+    }
+    for mode, config in sizer_configs().items():
+        (dep,) = [d for d in config["deployments"] if d["name"] == SCALED]
+        bounds[mode] = (dep["replicas"]["min"], dep["replicas"]["max"])
+    assert len(set(bounds.values())) == 1, bounds
+
+
+# --- the sizer's own manifests -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "central"])
+def test_sizer_config_names_the_scaled_deployment_and_its_model(mode) -> None:
+    config = sizer_configs()[mode]
+    (dep,) = [d for d in config["deployments"] if d["name"] == SCALED]
+    vllm_args = containers(vllm_deployment())["vllm"]["args"]
+    assert f"--model={dep['model_name']}" in vllm_args
+    # The sizer's server settings must mirror vLLM's scheduler flags (vLLM does not export them).
+    assert f"--max-num-seqs={dep['server']['max_num_seqs']}" in vllm_args
+    assert f"--max-num-batched-tokens={dep['server']['max_num_batched_tokens']}" in vllm_args
+    assert config["listen_address"].endswith(f":{SIZER_PORT}")
+
+
+@pytest.mark.parametrize(
+    ("file", "name", "container", "port"),
+    [
+        ("sidecar/deployment.yaml", SCALED, "vllm-sizer", "sizer-metrics"),
+        ("central/deployment.yaml", "vllm-sizer", "vllm-sizer", "metrics"),
+    ],
+)
+def test_sizer_container_mounts_its_config_and_probes_its_port(file, name, container, port) -> None:
+    deployment = find("Deployment", name, file=file)
+    pod = deployment["spec"]["template"]["spec"]
+    sizer = containers(deployment)[container]
+    assert port_names(sizer) == {port: SIZER_PORT}
+    assert sizer["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    assert sizer["securityContext"]["runAsNonRoot"] is True
+    assert sizer["args"] == ["--config=/etc/vllm-sizer/config.yaml"]
+    mounts = {m["mountPath"]: m["name"] for m in sizer["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_map = volumes[mounts["/etc/vllm-sizer"]]["configMap"]["name"]
+    assert find("ConfigMap", config_map, file=file.replace("deployment.yaml", "configmap.yaml"))
+    # The state file lives on a writable volume (the root filesystem is read-only).
+    state_file = yaml.safe_load(find("ConfigMap", config_map)["data"]["config.yaml"])["state_file"]
+    assert any(state_file.startswith(path + "/") for path in mounts)
+
+
+def test_sidecar_never_gates_vllm_traffic_and_autoscaler_owns_the_count() -> None:
+    deployment = vllm_deployment()
+    # A sizer readiness probe would pull vLLM out of its Service whenever a metric is missing.
+    assert "readinessProbe" not in containers(deployment)["vllm-sizer"]
+    # `kubectl apply` of a fixed replica count would fight KEDA/HPA.
+    assert "replicas" not in deployment["spec"]
+
+
+def test_central_sizer_is_ready_only_after_a_cycle() -> None:
+    sizer = containers(find("Deployment", "vllm-sizer"))["vllm-sizer"]
+    assert sizer["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert find("Deployment", "vllm-sizer")["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize(
+    ("monitor_file", "kind", "target_file", "target_name", "container"),
+    [
+        ("sidecar/podmonitor.yaml", "PodMonitor", "sidecar/deployment.yaml", SCALED, None),
+        ("central/vllm-podmonitor.yaml", "PodMonitor", "sidecar/deployment.yaml", SCALED, "vllm"),
+    ],
+)
+def test_pod_monitors_select_existing_pods_and_ports(
+    monitor_file, kind, target_file, target_name, container
+) -> None:
+    monitor = find(kind, file=monitor_file)
+    deployment = find("Deployment", target_name, file=target_file)
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    ports = {
+        name
+        for cname, c in containers(deployment).items()
+        if container is None or cname == container
+        for name in port_names(c)
+    }
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        assert endpoint["port"] in ports
+
+
+def test_service_monitor_reaches_the_central_sizer_through_its_service() -> None:
+    monitor, service = find("ServiceMonitor", "vllm-sizer"), find("Service", "vllm-sizer")
+    deployment = find("Deployment", "vllm-sizer")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    service_ports = {p["name"]: p for p in service["spec"]["ports"]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    target_port = service_ports[endpoint["port"]]["targetPort"]
+    assert target_port in port_names(containers(deployment)["vllm-sizer"])
+    assert service_ports[endpoint["port"]]["port"] == SIZER_PORT
