@@ -1,0 +1,100 @@
+"""The Grafana dashboard's queries, with template variables substituted, and the exported names."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tests.conftest import REPO_ROOT
+
+DASHBOARD_PATH = REPO_ROOT / "grafana" / "vllm-sizer.json"
+
+# Issue 6: every series the daemon exports (labels `deployment`, `model_name` on the per-deployment
+# ones). Health metrics are per daemon, so they carry no `deployment` label.
+PER_DEPLOYMENT_METRICS = frozenset(
+    {
+        "vllm_sizer_desired_replicas",
+        "vllm_sizer_current_replicas",
+        "vllm_sizer_predicted_ttft_seconds",
+        "vllm_sizer_predicted_itl_seconds",
+        "vllm_sizer_observed_ttft_seconds",
+        "vllm_sizer_observed_itl_seconds",
+        "vllm_sizer_arrival_rate_requests_per_second",
+        "vllm_sizer_max_rate_per_replica_requests_per_second",
+        "vllm_sizer_saturation_rate_per_replica_requests_per_second",
+        "vllm_sizer_model_alpha_seconds",
+        "vllm_sizer_model_beta_seconds",
+        "vllm_sizer_model_gamma_seconds",
+        "vllm_sizer_fit_relative_error",
+        "vllm_sizer_slo_ttft_seconds",
+        "vllm_sizer_slo_itl_seconds",
+        "vllm_sizer_recommendation_info",
+        "vllm_sizer_tuner_state_info",
+    }
+)
+HEALTH_METRICS = frozenset(
+    {
+        "vllm_sizer_scrape_errors_total",
+        "vllm_sizer_cycle_duration_seconds",
+        "vllm_sizer_last_successful_cycle_timestamp_seconds",
+        "vllm_sizer_build_info",
+    }
+)
+EXPORTED_METRICS = PER_DEPLOYMENT_METRICS | HEALTH_METRICS
+
+# Values Grafana would put in place of the template variables (built-ins and the dashboard's own).
+VARIABLE_VALUES = {
+    "${DS_PROMETHEUS}": "prometheus",
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "3h",
+    "$deployment": "llama-8b-vllm",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PanelQuery:
+    """One target of one panel: where it is and its PromQL before and after substitution."""
+
+    panel_id: int
+    panel_title: str
+    ref_id: str
+    raw: str
+    expr: str
+
+
+def load_dashboard() -> dict[str, Any]:
+    with DASHBOARD_PATH.open() as fh:
+        return json.load(fh)
+
+
+def iter_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, including the ones nested in collapsed rows."""
+    out = []
+    for panel in dashboard["panels"]:
+        out.append(panel)
+        out.extend(panel.get("panels", []))
+    return out
+
+
+def substitute(text: str, values: dict[str, str] | None = None) -> str:
+    """Replace template variables the way Grafana does (longest names first)."""
+    values = VARIABLE_VALUES if values is None else values
+    for name in sorted(values, key=len, reverse=True):
+        text = text.replace(name, values[name])
+    return text
+
+
+def panel_queries(
+    dashboard: dict[str, Any] | None = None, values: dict[str, str] | None = None
+) -> list[PanelQuery]:
+    """Every PromQL target of every panel, substituted."""
+    dashboard = load_dashboard() if dashboard is None else dashboard
+    return [
+        PanelQuery(
+            panel["id"], panel["title"], t["refId"], t["expr"], substitute(t["expr"], values)
+        )
+        for panel in iter_panels(dashboard)
+        for t in panel.get("targets", [])
+    ]
