@@ -42,8 +42,8 @@ class ServiceParams:
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """vLLM scheduler limits: max_num_seqs (B), max_num_batched_tokens (M), and the waiting room
-    (None = unbounded, as vLLM and the paper; an int Q gives a finite chain of B + Q). Spec §1, §5."""
+    """vLLM scheduler limits: max_num_seqs (B), max_num_batched_tokens (M) and the waiting room
+    (None = unbounded, as vLLM and the paper; an int Q: a finite chain of B + Q). Spec §1, §5."""
 
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS

@@ -65,7 +65,9 @@ def require_rates(name: str, value: object) -> np.ndarray:
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"`{name}` must be a number or a 1-D array of numbers, got {value!r}") from exc
+        raise ValueError(
+            f"`{name}` must be a number or a 1-D array of numbers, got {value!r}"
+        ) from exc
     if arr.ndim > 1:
         raise ValueError(f"`{name}` must be a scalar or a 1-D array, got shape {arr.shape}")
     bad = ~np.isfinite(arr) | (arr < 0)
