@@ -1,0 +1,109 @@
+"""Speed of the model's hot paths: prints a table and writes bench/results/model_speed.json.
+
+Goals on a 2-core machine: scalar analyze <= 50 us, a 1000-rate curve <= 5 ms,
+max_rate_for_slo <= 1 ms (B = 256).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from model import (  # noqa: E402
+    ServerConfig,
+    ServiceParams,
+    Workload,
+    analyze,
+    max_rate,
+    max_rate_for_slo,
+    replicas_for_slo,
+)
+from model.analyzer import analyze_points  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)  # paper Table I, ms
+SHAPE = Workload(1024, 512)
+
+
+def median_us(fn: Callable[[], object], repeats: int = 7, min_time_s: float = 0.2) -> float:
+    """Median over `repeats` batches of the per-call time, in microseconds."""
+    fn()
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if time.perf_counter() - start >= min_time_s / repeats:
+            break
+        calls *= 2
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    b256, b1024 = ServerConfig(max_batch_size=256), ServerConfig(max_batch_size=1024)
+    curve = np.linspace(0.0, max_rate(LLAMA, b256, SHAPE), 1000)
+    rng = np.random.default_rng(7)
+    n_pts, m_pts = rng.uniform(128, 4096, 10), rng.uniform(64, 2048, 10)
+    r_pts = rng.uniform(0.2, 2.0, 10)
+    cases: list[tuple[str, Callable[[], object], float | None]] = [
+        ("analyze scalar, B=256", lambda: analyze(LLAMA, b256, SHAPE, 5.0), 50.0),
+        ("analyze scalar, B=1024", lambda: analyze(LLAMA, b1024, SHAPE, 5.0), None),
+        ("analyze 1000 rates, B=256", lambda: analyze(LLAMA, b256, SHAPE, curve), 5000.0),
+        (
+            "analyze_points 10 shapes, B=256",
+            lambda: analyze_points(LLAMA, b256, n_pts, m_pts, r_pts),
+            None,
+        ),
+        (
+            "max_rate_for_slo, B=256",
+            lambda: max_rate_for_slo(LLAMA, b256, SHAPE, ttft_ms=50, itl_ms=25),
+            1000.0,
+        ),
+        (
+            "max_rate_for_slo, B=1024",
+            lambda: max_rate_for_slo(LLAMA, b1024, SHAPE, ttft_ms=50, itl_ms=25),
+            None,
+        ),
+        (
+            "replicas_for_slo, B=256",
+            lambda: replicas_for_slo(20.0, LLAMA, b256, SHAPE, ttft_ms=50, itl_ms=25),
+            None,
+        ),
+    ]
+    rows = []
+    print(f"{'case':38s} {'median':>12s} {'goal':>10s}  verdict")
+    for name, fn, goal in cases:
+        us = median_us(fn)
+        verdict = "" if goal is None else ("met" if us <= goal else "MISSED")
+        goal_text = "-" if goal is None else f"{goal:,.0f} us"
+        print(f"{name:38s} {us:10,.1f} us {goal_text:>10s}  {verdict}")
+        rows.append({"case": name, "median_us": us, "goal_us": goal, "met": verdict == "met"})
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {
+        "benchmark": "model_speed",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "results": rows,
+    }
+    (RESULTS / "model_speed.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {RESULTS / 'model_speed.json'}")
+
+
+if __name__ == "__main__":
+    main()
