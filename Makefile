@@ -38,5 +38,11 @@ lint: venv
 bench: venv
 	$(PY) bench/model_speed.py
 
+# A real vLLM (CPU build) on loopback; its virtualenv, model and logs are cached in
+# bench/real_vllm/work/ (first run: about 2 min to install, 3.4 GB).
+test-vllm: venv
+	$(PY) -m bench.real_vllm.prepare
+	$(PY) -m pytest -m vllm tests/vllm -q
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
