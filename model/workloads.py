@@ -31,6 +31,7 @@ IntArray = NDArray[np.int64]
 POISSON_CV = 1.0
 CONSTANT_CV = 0.0
 DEFAULT_LOGNORMAL_CV = 0.5
+_GAP_BLOCK = 1024
 # Table IV of the paper: (duration min, start multiplier, end multiplier).
 PAPER_PROFILE_SEGMENTS: tuple[tuple[float, float, float], ...] = (
     (5, 1.0, 1.0),
@@ -180,6 +181,7 @@ class ArrivalStream:
     ) -> None:
         self._cv = require_non_negative("cv", cv)
         self._rng = rng
+        self._spare = np.empty(0)  # gaps drawn but not used yet: draws come in fixed blocks
         self._profile = profile
         self._offset_s = require_non_negative("start_s", start_s)
         self._cursor_s = self._offset_s
@@ -213,6 +215,7 @@ class ArrivalStream:
             n = min(int(np.searchsorted(points, end_u, side="right")), points.size - 1)
             chunks.append(points[:n])
             self._next_u = float(points[n])
+            self._spare = np.concatenate((gaps[n:], self._spare))  # unused gaps stay in order
         self._cursor_s = end_s
         if not chunks:
             return np.empty(0)
@@ -220,12 +223,19 @@ class ArrivalStream:
         return np.maximum.accumulate(np.minimum(times, end_s))
 
     def _gaps(self, count: int) -> FloatArray:
+        # Fixed-size blocks make the sequence independent of how draw_until is chunked.
+        while self._spare.size < count:
+            self._spare = np.concatenate((self._spare, self._block()))
+        out, self._spare = self._spare[:count], self._spare[count:]
+        return out
+
+    def _block(self) -> FloatArray:
         if self._cv == 0.0:
-            return np.ones(count)
+            return np.ones(_GAP_BLOCK)
         if self._cv == POISSON_CV:
-            return self._rng.exponential(1.0, count)
+            return self._rng.exponential(1.0, _GAP_BLOCK)
         shape = 1.0 / (self._cv * self._cv)
-        return self._rng.gamma(shape, 1.0 / shape, count)
+        return self._rng.gamma(shape, 1.0 / shape, _GAP_BLOCK)
 
 
 class LengthKind(StrEnum):
