@@ -1,4 +1,8 @@
-"""Latency and throughput at a given arrival rate: mean-field evaluation at X-bar. Spec §6, §7."""
+"""Latency and throughput at a given arrival rate: mean-field evaluation at X-bar. Spec §6, §7.
+
+`ModelOptions` selects the latency assembly: the paper's (default) or the refined one
+(model/refined.py, refinements §6); the chain and every other output are shared.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from model.chain import StateTable, solve_chain, state_table, workload_table
 from model.params import ServerConfig, ServiceParams, Workload
+from model.refined import refined_latencies
 from model.validation import require_rates
+from model.variant import PAPER_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 Value = Any  # float for a scalar rate, a read-only numpy array for an array of rates
@@ -64,10 +70,12 @@ def analyze(
     server: ServerConfig,
     workload: Workload,
     rate_rps: ArrayLike,
+    *,
+    options: ModelOptions = PAPER_MODEL,
 ) -> Analysis:
     """Evaluate the model at a scalar rate or a 1-D array of rates (req/s, each >= 0)."""
     rates = require_rates("rate_rps", rate_rps)
-    return analyze_table(workload_table(params, server, workload), rates)
+    return analyze_table(workload_table(params, server, workload, options=options), rates)
 
 
 def analyze_points(
@@ -76,10 +84,15 @@ def analyze_points(
     avg_input_tokens: ArrayLike,
     avg_output_tokens: ArrayLike,
     rate_rps: ArrayLike,
+    *,
+    options: ModelOptions = PAPER_MODEL,
+    synchronous: ArrayLike | None = None,
 ) -> Analysis:
     """Evaluate K operating points, each with its own request shape and rate, in one call.
 
     The three arrays have length K; every field of the result is an array of length K.
+    `synchronous` (K bools) marks closed concurrency-one runs, which the refined variant
+    evaluates without the chain; the paper variant evaluates every point as open.
     """
     rates = np.atleast_1d(require_rates("rate_rps", rate_rps))
     n = np.atleast_1d(require_rates("avg_input_tokens", avg_input_tokens))
@@ -91,14 +104,19 @@ def analyze_points(
         )
     if np.any(m < 1):
         raise ValueError(f"`avg_output_tokens` must be >= 1, got {m[np.argmax(m < 1)]}")
-    return analyze_table(state_table(params, server, n, m), rates)
+    return analyze_table(
+        state_table(params, server, n, m, options=options), rates, synchronous=synchronous
+    )
 
 
-def analyze_table(table: StateTable, rates_rps: FloatArray) -> Analysis:
+def analyze_table(
+    table: StateTable, rates_rps: FloatArray, *, synchronous: ArrayLike | None = None
+) -> Analysis:
     """`analyze` on a precomputed state table (rates already validated; a 0-d array gives
-    float fields)."""
+    float fields). The variant is the one the table was built with."""
     scalar = np.ndim(rates_rps) == 0
     rates = np.atleast_1d(rates_rps).astype(np.float64)
+    closed = _synchronous_mask(synchronous, rates.shape)
     lam = rates / 1000.0
     sol = solve_chain(table, lam)
     stable = sol.stable
@@ -119,15 +137,20 @@ def analyze_table(table: StateTable, rates_rps: FloatArray) -> Analysis:
 
     occupancy = sol.batch_occupancy
     zeros = np.zeros_like(rates)
-    col = np.clip(np.floor(occupancy + 0.5), 1, big_b).astype(np.intp) - 1
-    chunks = table.take(table.chunks, col)
-    prefill = chunks * table.background_ms(occupancy, col) + table.take(table.w_pref_ms, col)
-    itl = (service - prefill) / m
+    if table.options.refined:
+        lat = refined_latencies(table, sol, lam, accepted, service, wait, closed)
+        chunks, prefill, itl, ttft = lat.chunks, lat.prefill_ms, lat.itl_ms, lat.ttft_ms
+    else:
+        col = np.clip(np.floor(occupancy + 0.5), 1, big_b).astype(np.intp) - 1
+        chunks = table.take(table.chunks, col)
+        prefill = chunks * table.background_ms(occupancy, col) + table.take(table.w_pref_ms, col)
+        itl = (service - prefill) / m
+        ttft = wait + prefill + itl
     values: dict[str, NDArray[Any]] = {
         "stable": stable,
         "offered_rate_rps": rates,
         "throughput_rps": accepted * 1000.0,
-        "ttft_ms": wait + prefill + itl,
+        "ttft_ms": ttft,
         "itl_ms": itl,
         "avg_wait_ms": wait,
         "avg_prefill_ms": prefill,
@@ -156,7 +179,25 @@ def analyze_table(table: StateTable, rates_rps: FloatArray) -> Analysis:
     return Analysis(**values)
 
 
-def max_rate(params: ServiceParams, server: ServerConfig, workload: Workload) -> float:
+def _synchronous_mask(synchronous: ArrayLike | None, shape: tuple[int, ...]) -> NDArray[np.bool_]:
+    """Per-rate flags of closed concurrency-one runs; all False when not given."""
+    if synchronous is None:
+        return np.zeros(shape, dtype=bool)
+    flags = np.atleast_1d(np.asarray(synchronous))
+    if flags.dtype != np.bool_ or flags.shape != shape:
+        raise ValueError(
+            f"`synchronous` must be a bool array of shape {shape}, got {flags.dtype} {flags.shape}"
+        )
+    return flags
+
+
+def max_rate(
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    *,
+    options: ModelOptions = PAPER_MODEL,
+) -> float:
     """MaxRate = 0.999 B / tau(B): the highest rate sizing considers (req/s). Spec §7."""
-    table = workload_table(params, server, workload)
+    table = workload_table(params, server, workload, options=options)
     return float(MAX_RATE_FRACTION * table.saturation_rate_per_ms[0] * 1000.0)

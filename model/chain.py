@@ -14,6 +14,8 @@ from numpy.typing import NDArray
 
 from model.chunks import chunk_counts
 from model.params import ServerConfig, ServiceParams, Workload
+from model.refined import work_extras
+from model.variant import PAPER_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 
@@ -39,6 +41,7 @@ class StateTable:
     avg_output_tokens: FloatArray  # m, shape (rows, 1)
     max_batch_size: int
     max_queue_size: int | None
+    options: ModelOptions = PAPER_MODEL  # the variant whose work terms built this table
 
     @property
     def rows(self) -> int:
@@ -82,10 +85,16 @@ class StateTable:
 
 
 def state_table(
-    params: ServiceParams, server: ServerConfig, n_tokens: FloatArray, m_tokens: FloatArray
+    params: ServiceParams,
+    server: ServerConfig,
+    n_tokens: FloatArray,
+    m_tokens: FloatArray,
+    *,
+    options: ModelOptions = PAPER_MODEL,
 ) -> StateTable:
     """Precompute c(i), work terms, tau(i) and log departure rates for i = 1..B, one row per
-    request shape (n_tokens, m_tokens: 1-D arrays of equal length). Spec §2, §4."""
+    request shape (n_tokens, m_tokens: 1-D arrays of equal length). Spec §2, §4; the refined
+    variant adds its work terms (refinements §6)."""
     alpha, beta, gamma = params.alpha_ms, params.beta_ms, params.gamma_ms
     n = np.asarray(n_tokens, dtype=np.float64).reshape(-1, 1)
     m = np.asarray(m_tokens, dtype=np.float64).reshape(-1, 1)
@@ -93,6 +102,9 @@ def state_table(
     c = chunks.astype(np.float64)
     w_pref = beta * n + gamma * n * (c + 1.0) / 2.0
     w_dec = beta * m + gamma * m * (n + (m + 1.0) / 2.0)
+    if options.refined:
+        extra_pref, extra_dec = work_extras(params, n, m, options)
+        w_pref, w_dec = w_pref + extra_pref, w_dec + extra_dec
     w_total = w_pref + w_dec
     occ = np.arange(1, server.max_batch_size + 1, dtype=np.float64)
     tau = (c + m) * alpha + occ * w_total
@@ -113,13 +125,21 @@ def state_table(
         avg_output_tokens=m,
         max_batch_size=server.max_batch_size,
         max_queue_size=server.max_queue_size,
+        options=options,
     )
 
 
-def workload_table(params: ServiceParams, server: ServerConfig, workload: Workload) -> StateTable:
+def workload_table(
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    *,
+    options: ModelOptions = PAPER_MODEL,
+) -> StateTable:
     """The one-row state table of a single request shape."""
     n = np.array([workload.avg_input_tokens])
-    return state_table(params, server, n, np.array([workload.avg_output_tokens]))
+    m = np.array([workload.avg_output_tokens])
+    return state_table(params, server, n, m, options=options)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

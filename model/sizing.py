@@ -18,6 +18,7 @@ from model.analyzer import MAX_RATE_FRACTION, Analysis, analyze_table
 from model.chain import StateTable, workload_table
 from model.params import ServerConfig, ServiceParams, Workload
 from model.validation import require_int_at_least, require_non_negative, require_optional_target
+from model.variant import PAPER_MODEL, ModelOptions
 
 # Lower end of the search, as a fraction of the single-request service rate (Go `RateRange.Min`).
 MIN_RATE_FRACTION = 1e-3
@@ -131,11 +132,13 @@ def max_rate_for_slo(
     workload: Workload,
     ttft_ms: float | None = None,
     itl_ms: float | None = None,
+    *,
+    options: ModelOptions = PAPER_MODEL,
 ) -> SloCapacity:
     """Largest per-replica rate (req/s) whose TTFT and ITL (ms) stay within the given targets."""
     ttft_target = require_optional_target("ttft_ms", ttft_ms)
     itl_target = require_optional_target("itl_ms", itl_ms)
-    table = workload_table(params, server, workload)
+    table = workload_table(params, server, workload, options=options)
     return slo_capacity(table, ttft_target, itl_target)
 
 
@@ -199,6 +202,8 @@ def replicas_for_slo(
     itl_ms: float | None = None,
     min_replicas: int = 1,
     max_replicas: int | None = None,
+    *,
+    options: ModelOptions = PAPER_MODEL,
 ) -> ReplicaPlan:
     """Replicas needed so that total_rate_rps, split evenly, meets the targets. Spec §9."""
     total = require_non_negative("total_rate_rps", total_rate_rps)
@@ -206,7 +211,7 @@ def replicas_for_slo(
     itl_target = require_optional_target("itl_ms", itl_ms)
     low = require_int_at_least("min_replicas", min_replicas, 1)
     high = None if max_replicas is None else require_int_at_least("max_replicas", max_replicas, low)
-    table = workload_table(params, server, workload)
+    table = workload_table(params, server, workload, options=options)
     capacity = slo_capacity(table, ttft_target, itl_target)
     return plan_replicas(table, capacity, total, low, high)
 
