@@ -1,0 +1,192 @@
+"""The shipped PromQL, evaluated by a real Prometheus server scraping stand-in sizers.
+
+Four stubs export the issue-6 series for one deployment the way sidecar mode does: three live
+copies recommending 5 replicas and one frozen copy (last successful cycle 10 minutes ago)
+still exporting 9. A second deployment has only frozen copies. Prometheus (Debian's package,
+on loopback) scrapes them every second; the tests query its HTTP API with the exact strings
+from the manifests and the dashboard.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from tests.ecosystem.dashboard import panel_queries
+from tests.ecosystem.manifests import find
+from tests.ecosystem.sizer_stub import SizerValues, StubSizer
+
+pytestmark = pytest.mark.integration
+
+LIVE_DESIRED = 5
+FROZEN_DESIRED = 9
+LIVE_COPIES = 3
+FROZEN_DEPLOYMENT = "frozen-vllm"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def stubs() -> Iterator[list[StubSizer]]:
+    frozen = 600.0
+    made = [StubSizer(SizerValues(desired_replicas=LIVE_DESIRED)) for _ in range(LIVE_COPIES)]
+    made.append(StubSizer(SizerValues(desired_replicas=FROZEN_DESIRED, last_success_age_s=frozen)))
+    made.append(StubSizer(SizerValues(deployment=FROZEN_DEPLOYMENT, last_success_age_s=frozen)))
+    yield made
+    with ThreadPoolExecutor(len(made)) as pool:  # each shutdown waits up to 0.5 s for its loop
+        list(pool.map(StubSizer.close, made))
+
+
+@pytest.fixture(scope="module")
+def prometheus(stubs, tmp_path_factory) -> Iterator[str]:
+    exe = shutil.which("prometheus")
+    if exe is None:
+        pytest.skip("prometheus server missing (make prometheus installs Debian's package)")
+    work: Path = tmp_path_factory.mktemp("prometheus")
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "vllm-sizer",
+                # What the PodMonitor's target labels give in a cluster.
+                "static_configs": [
+                    {"targets": [s.address for s in stubs], "labels": {"namespace": "inference"}}
+                ],
+            }
+        ],
+    }
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    url = f"http://127.0.0.1:{free_port()}"
+    with (work / "prometheus.log").open("w") as log:
+        proc = subprocess.Popen(
+            [
+                exe,
+                f"--config.file={work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={work / 'data'}",
+                f"--web.listen-address={url.removeprefix('http://')}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        # Ready once every target was scraped twice (rate() needs two samples). Prometheus hands
+        # targets to the scrape loop about 5 s after start, so this takes 6-7 s.
+        while True:
+            try:
+                scrapes = instant(url, "min(count_over_time(up[1m]))")
+                if scrapes and float(scrapes[0]["value"][1]) >= 2:
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"prometheus not ready: {(work / 'prometheus.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.kill()  # throwaway TSDB: no need for the graceful 2 s shutdown
+        proc.wait(timeout=10)
+
+
+def instant(url: str, query: str) -> list[dict[str, Any]]:
+    """An instant query through Prometheus' HTTP API; the result vector."""
+    response = requests.post(f"{url}/api/v1/query", data={"query": query}, timeout=5)
+    body = response.json()
+    assert response.status_code == 200 and body["status"] == "success", body
+    assert body["data"]["resultType"] == "vector"
+    return list(body["data"]["result"])
+
+
+def trigger_query() -> str:
+    return str(find("ScaledObject")["spec"]["triggers"][0]["metadata"]["query"])
+
+
+def keda_average_value(value: float, threshold: float) -> int:
+    """The HPA's AverageValue rule for KEDA's external metric (tolerance 0)."""
+    return math.ceil(value / threshold)
+
+
+def keda_value(value: float, threshold: float, current: int) -> int:
+    """The HPA's Value rule: the ratio applied to the current replica count."""
+    return math.ceil(value / threshold * current)
+
+
+def test_trigger_returns_the_live_recommendation_as_one_element(prometheus) -> None:
+    result = instant(prometheus, trigger_query())
+    assert len(result) == 1  # KEDA's prometheus scaler needs a single element
+    assert float(result[0]["value"][1]) == LIVE_DESIRED  # the frozen copy's 9 is ignored
+
+
+@pytest.mark.parametrize("current", range(1, 9))
+def test_average_value_lands_on_the_recommendation_whatever_the_current_count(
+    prometheus, current
+) -> None:
+    (sample,) = instant(prometheus, trigger_query())
+    value = float(sample["value"][1])
+    trig = find("ScaledObject")["spec"]["triggers"][0]
+    threshold = float(trig["metadata"]["threshold"])
+    assert trig["metricType"] == "AverageValue"
+    assert keda_average_value(value, threshold) == LIVE_DESIRED
+    # What `metricType: Value` would do with the same gauge: multiply by the current count.
+    assert keda_value(value, threshold, current) == LIVE_DESIRED * current
+
+
+def test_frozen_sizers_give_an_empty_result_so_the_fallback_engages(prometheus) -> None:
+    frozen = trigger_query().replace(
+        'deployment="llama-8b-vllm"', f'deployment="{FROZEN_DEPLOYMENT}"'
+    )
+    assert frozen != trigger_query()
+    # Empty + ignoreNullValues "false" = a scaler error, counted towards fallback.failureThreshold.
+    assert instant(prometheus, frozen) == []
+    # The bare gauge is still there: without the guard KEDA would keep scaling on a stale value.
+    bare = f'max(vllm_sizer_desired_replicas{{deployment="{FROZEN_DEPLOYMENT}"}})'
+    assert len(instant(prometheus, bare)) == 1
+
+
+def test_sum_would_multiply_the_sidecar_copies(prometheus) -> None:
+    summed = instant(prometheus, 'sum(vllm_sizer_desired_replicas{deployment="llama-8b-vllm"})')
+    assert float(summed[0]["value"][1]) == LIVE_DESIRED * LIVE_COPIES + FROZEN_DESIRED
+
+
+def test_adapter_rule_gives_the_hpa_one_series_worth_the_recommendation(prometheus) -> None:
+    config = yaml.safe_load(find("ConfigMap", "prometheus-adapter")["data"]["config.yaml"])
+    (rule,) = config["externalRules"]
+    query = (
+        rule["metricsQuery"]
+        .replace("<<.Series>>", "vllm_sizer_desired_replicas")
+        .replace("<<.LabelMatchers>>", 'namespace="inference",deployment="llama-8b-vllm"')
+    )
+    result = instant(prometheus, query)
+    assert [r["metric"] for r in result] == [{"deployment": "llama-8b-vllm"}]
+    # The HPA sums the external metric's series, then applies AverageValue "1".
+    target = float(
+        find("HorizontalPodAutoscaler")["spec"]["metrics"][0]["external"]["target"]["averageValue"]
+    )
+    total = sum(float(r["value"][1]) for r in result)
+    for current in range(1, 9):
+        assert keda_average_value(total, target) == LIVE_DESIRED, current
+
+
+@pytest.mark.parametrize(
+    "query", panel_queries(), ids=lambda q: f"{q.panel_id}{q.ref_id}-{q.panel_title}"
+)
+def test_every_dashboard_query_returns_a_series(prometheus, query) -> None:
+    assert instant(prometheus, query.expr), f"no series for {query.expr}"
