@@ -24,6 +24,7 @@ EXPECTED_KINDS = {
     "sidecar/deployment.yaml": ["Deployment"],
     "sidecar/configmap.yaml": ["ConfigMap"],
     "sidecar/podmonitor.yaml": ["PodMonitor"],
+    "sidecar/service-headless.yaml": ["Service"],
     "central/deployment.yaml": ["Deployment"],
     "central/service.yaml": ["Service"],
     "central/configmap.yaml": ["ConfigMap"],

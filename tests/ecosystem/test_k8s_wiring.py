@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import urlsplit
 
 import promql_parser
 import pytest
@@ -323,3 +324,19 @@ def test_service_monitor_reaches_the_central_sizer_through_its_service() -> None
     target_port = service_ports[endpoint["port"]]["targetPort"]
     assert target_port in port_names(containers(deployment)["vllm-sizer"])
     assert service_ports[endpoint["port"]]["port"] == SIZER_PORT
+
+
+def test_sidecars_read_every_vllm_pod_through_the_headless_service() -> None:
+    (dep,) = [d for d in sizer_configs()["sidecar"]["deployments"] if d["name"] == SCALED]
+    url = urlsplit(dep["source"]["service_url"])
+    service_name, namespace, *_ = url.hostname.split(".")
+    service = find("Service", service_name, file="sidecar/service-headless.yaml")
+    assert service["metadata"]["namespace"] == namespace
+    # Headless: DNS answers with every ready pod, so each sidecar sees the whole deployment's load.
+    assert service["spec"]["clusterIP"] == "None"
+    deployment = vllm_deployment()
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == url.port]
+    assert port_names(containers(deployment)["vllm"])[port["targetPort"]] == url.port
+    assert url.path == "/metrics"
