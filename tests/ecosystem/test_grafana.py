@@ -152,3 +152,11 @@ def test_a_broken_query_or_unknown_metric_fails_the_same_checks() -> None:
     panel["targets"][0]["expr"] = 'max(vllm_sizer_desird_replicas{deployment="$deployment"})'
     (typo, *_) = panel_queries(dashboard)
     assert {s.name for s in selectors(promql_parser.parse(typo.expr))} - EXPORTED_METRICS
+
+
+def test_known_metric_list_matches_what_the_collector_exports() -> None:
+    collector = pytest.importorskip("exporter.collector")
+    exported = {collector.PREFIX + spec.name for spec in collector.GAUGES}
+    families = {m.name for m in collector.SnapshotCollector().describe()}
+    assert exported <= families
+    assert set(PER_DEPLOYMENT_METRICS) == families, "dashboard list drifted from the daemon"

@@ -328,7 +328,7 @@ def test_service_monitor_reaches_the_central_sizer_through_its_service() -> None
 
 def test_sidecars_read_every_vllm_pod_through_the_headless_service() -> None:
     (dep,) = [d for d in sizer_configs()["sidecar"]["deployments"] if d["name"] == SCALED]
-    url = urlsplit(dep["source"]["service_url"])
+    url = urlsplit(dep["source"]["scrape_service"])
     service_name, namespace, *_ = url.hostname.split(".")
     service = find("Service", service_name, file="sidecar/service-headless.yaml")
     assert service["metadata"]["namespace"] == namespace
@@ -340,3 +340,16 @@ def test_sidecars_read_every_vllm_pod_through_the_headless_service() -> None:
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == url.port]
     assert port_names(containers(deployment)["vllm"])[port["targetPort"]] == url.port
     assert url.path == "/metrics"
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "central"])
+def test_sizer_configmap_is_accepted_by_the_daemon_config_loader(mode) -> None:
+    config_module = pytest.importorskip("exporter.config")
+    config = config_module.parse_config(sizer_configs()[mode])  # ConfigError lists every bad key
+    (dep,) = [d for d in config.deployments if d.name == SCALED]
+    assert config.listen_port == SIZER_PORT
+    assert (dep.min_replicas, dep.max_replicas) == (
+        scaled_object()["spec"]["minReplicaCount"],
+        scaled_object()["spec"]["maxReplicaCount"],
+    )
+    assert dep.source.kind == ("scrape" if mode == "sidecar" else "prometheus")
