@@ -1,0 +1,486 @@
+"""YAML configuration -> frozen `Config`, every bad key reported at once. Issue "daemon" §1.
+
+Errors name the key path, the value and what is allowed, e.g.
+`deployments[1].slo.ttft_ms: must be a number > 0, got -5`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from exporter.errors import ConfigError
+from model import ServerConfig, ServiceParams
+
+DEFAULT_CYCLE_PERIOD_S = 30.0
+DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9464"
+DEFAULT_STABILIZATION_S = 300.0
+DEFAULT_SCRAPE_TIMEOUT_S = 5.0
+DEFAULT_PROMETHEUS_TIMEOUT_S = 10.0
+DEFAULT_MIN_OBSERVATIONS = 5
+DEFAULT_WINDOW = 10
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Kubernetes object names (RFC 1123 labels); the `deployment` label must match the Deployment.
+NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusConfig:
+    """Connection to a Prometheus (or Thanos) HTTP API."""
+
+    url: str
+    bearer_token_file: Path | None = None
+    ca_file: Path | None = None
+    timeout_s: float = DEFAULT_PROMETHEUS_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceConfig:
+    """Where a deployment's vLLM metrics come from: exactly one of the three."""
+
+    scrape_urls: tuple[str, ...] = ()
+    scrape_service: str | None = None  # http://headless-service:port/metrics, resolved each cycle
+    prometheus_selector: str | None = None
+    scrape_timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S
+
+    @property
+    def kind(self) -> str:
+        """'scrape' or 'prometheus': the label value of scrape errors."""
+        return "prometheus" if self.prometheus_selector is not None else "scrape"
+
+
+@dataclass(frozen=True, slots=True)
+class SloConfig:
+    """Targets in ms; None = no target on that metric (none at all: size to capacity)."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TunerConfig:
+    """Knobs of the online tuner."""
+
+    min_observations: int = DEFAULT_MIN_OBSERVATIONS
+    window: int = DEFAULT_WINDOW
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeploymentConfig:
+    """One vLLM deployment to observe, calibrate and size."""
+
+    name: str
+    model_name: str
+    source: SourceConfig
+    server: ServerConfig
+    slo: SloConfig
+    min_replicas: int = 1
+    max_replicas: int = 10
+    scale_down_stabilization_s: float = DEFAULT_STABILIZATION_S
+    initial_params: ServiceParams | None = None
+    tuner: TunerConfig = field(default_factory=TunerConfig)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """The whole daemon configuration."""
+
+    cycle_period_s: float = DEFAULT_CYCLE_PERIOD_S
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 9464
+    state_file: Path | None = None
+    log_level: str = "info"
+    prometheus: PrometheusConfig | None = None
+    deployments: tuple[DeploymentConfig, ...] = ()
+
+
+class _Reader:
+    """Walks the YAML tree collecting one 'path: problem' line per bad key."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def fail(self, path: str, message: str, value: Any) -> None:
+        self.problems.append(f"{path}: {message}, got {value!r}")
+
+    def mapping(self, node: Any, path: str, allowed: set[str]) -> Mapping[str, Any]:
+        if node is None:
+            return {}
+        if not isinstance(node, Mapping):
+            self.fail(path, "must be a mapping", node)
+            return {}
+        for key in node:
+            if key not in allowed:
+                self.fail(
+                    f"{path}.{key}" if path else str(key),
+                    f"unknown key (allowed: {', '.join(sorted(allowed))})",
+                    node[key],
+                )
+        return node
+
+    def get(
+        self,
+        node: Mapping[str, Any],
+        key: str,
+        path: str,
+        check: Callable[[Any], T | None],
+        message: str,
+        default: T,
+    ) -> T:
+        if key not in node or node[key] is None:
+            return default
+        value = check(node[key])
+        if value is None:
+            self.fail(_join(path, key), message, node[key])
+            return default
+        return value
+
+    def required(
+        self,
+        node: Mapping[str, Any],
+        key: str,
+        path: str,
+        check: Callable[[Any], T | None],
+        message: str,
+    ) -> T | None:
+        if key not in node or node[key] is None:
+            self.problems.append(f"{_join(path, key)}: is required ({message})")
+            return None
+        value = check(node[key])
+        if value is None:
+            self.fail(_join(path, key), message, node[key])
+        return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _number(low: float, *, inclusive: bool = False) -> Callable[[Any], float | None]:
+    def check(value: Any) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        number = float(value)
+        if not math.isfinite(number) or number < low or (number == low and not inclusive):
+            return None
+        return number
+
+    return check
+
+
+def _integer(low: int) -> Callable[[Any], int | None]:
+    def check(value: Any) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            return None
+        return int(value)
+
+    return check
+
+
+def _string(pattern: re.Pattern[str] | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str) or not value.strip():
+            return None
+        if pattern is not None and not pattern.fullmatch(value):
+            return None
+        return value
+
+    return check
+
+
+def _url(value: Any) -> str | None:
+    if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        return value
+    return None
+
+
+def _listen(value: Any) -> tuple[str, int] | None:
+    if not isinstance(value, str):
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _path(value: Any) -> Path | None:
+    return Path(value) if isinstance(value, str) and value.strip() else None
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str | None]:
+    return lambda value: value if value in options else None
+
+
+def parse_config(data: Any) -> Config:
+    """Validate a parsed YAML document; raises ConfigError listing every problem."""
+    r = _Reader()
+    top = r.mapping(
+        data,
+        "",
+        {
+            "cycle_period_s",
+            "listen_address",
+            "state_file",
+            "log_level",
+            "prometheus",
+            "deployments",
+        },
+    )
+    if data is None:
+        r.problems.append("(document): is empty; expected a mapping with a `deployments` list")
+    period = r.get(
+        top,
+        "cycle_period_s",
+        "",
+        _number(1.0, inclusive=True),
+        "must be a number >= 1 (seconds)",
+        DEFAULT_CYCLE_PERIOD_S,
+    )
+    host, port = r.get(
+        top,
+        "listen_address",
+        "",
+        _listen,
+        "must be HOST:PORT with a port in 1-65535",
+        ("0.0.0.0", 9464),
+    )
+    state_file = r.get(top, "state_file", "", _path, "must be a file path", None)
+    log_level = r.get(
+        top, "log_level", "", _choice(LOG_LEVELS), f"must be one of {', '.join(LOG_LEVELS)}", "info"
+    )
+    prometheus = _prometheus(r, top.get("prometheus"))
+    deployments = _deployments(r, top.get("deployments"), prometheus)
+    if r.problems:
+        raise ConfigError(r.problems)
+    return Config(
+        cycle_period_s=period,
+        listen_host=host,
+        listen_port=port,
+        state_file=state_file,
+        log_level=log_level,
+        prometheus=prometheus,
+        deployments=tuple(deployments),
+    )
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate a YAML file; ConfigError for an unreadable or invalid file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the file ({exc.strerror})"]) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML ({exc})"]) from exc
+    return parse_config(data)
+
+
+def _prometheus(r: _Reader, node: Any) -> PrometheusConfig | None:
+    if node is None:
+        return None
+    path = "prometheus"
+    m = r.mapping(node, path, {"url", "bearer_token_file", "ca_file", "timeout_s"})
+    url = r.required(m, "url", path, _url, "an http:// or https:// URL")
+    token = r.get(m, "bearer_token_file", path, _path, "must be a file path", None)
+    ca = r.get(m, "ca_file", path, _path, "must be a file path", None)
+    timeout = r.get(
+        m,
+        "timeout_s",
+        path,
+        _number(0.0),
+        "must be a number > 0 (seconds)",
+        DEFAULT_PROMETHEUS_TIMEOUT_S,
+    )
+    return PrometheusConfig(url or "http://invalid", token, ca, timeout)
+
+
+def _deployments(
+    r: _Reader, node: Any, prometheus: PrometheusConfig | None
+) -> list[DeploymentConfig]:
+    if not isinstance(node, list) or not node:
+        r.fail("deployments", "must be a non-empty list of deployments", node)
+        return []
+    out: list[DeploymentConfig] = []
+    seen: set[str] = set()
+    for k, item in enumerate(node):
+        dep = _deployment(r, item, f"deployments[{k}]", prometheus)
+        if dep is None:
+            continue
+        if dep.name in seen:
+            r.fail(f"deployments[{k}].name", "must be unique", dep.name)
+        seen.add(dep.name)
+        out.append(dep)
+    return out
+
+
+_DEPLOYMENT_KEYS = {
+    "name",
+    "model_name",
+    "source",
+    "server",
+    "slo",
+    "replicas",
+    "scale_down_stabilization_s",
+    "initial_params",
+    "tuner",
+}
+
+
+def _deployment(
+    r: _Reader, node: Any, path: str, prometheus: PrometheusConfig | None
+) -> DeploymentConfig | None:
+    before = len(r.problems)
+    m = r.mapping(node, path, _DEPLOYMENT_KEYS)
+    name = r.required(
+        m,
+        "name",
+        path,
+        _string(NAME_PATTERN),
+        "a Kubernetes name: lower-case letters, digits and '-'",
+    )
+    model_name = r.required(m, "model_name", path, _string(), "vLLM's --served-model-name")
+    source = _source(r, m.get("source"), f"{path}.source", prometheus)
+    server = _server(r, m.get("server"), f"{path}.server")
+    slo = _slo(r, m.get("slo"), f"{path}.slo")
+    rep = r.mapping(m.get("replicas"), f"{path}.replicas", {"min", "max"})
+    low = r.get(rep, "min", f"{path}.replicas", _integer(1), "must be an integer >= 1", 1)
+    high = r.get(rep, "max", f"{path}.replicas", _integer(1), "must be an integer >= 1", 10)
+    if high < low:
+        r.fail(f"{path}.replicas.max", f"must be >= replicas.min ({low})", high)
+    window = r.get(
+        m,
+        "scale_down_stabilization_s",
+        path,
+        _number(0.0, inclusive=True),
+        "must be a number >= 0 (seconds)",
+        DEFAULT_STABILIZATION_S,
+    )
+    initial = _initial_params(r, m.get("initial_params"), f"{path}.initial_params")
+    tuner_node = r.mapping(m.get("tuner"), f"{path}.tuner", {"min_observations", "window"})
+    tuner = TunerConfig(
+        min_observations=r.get(
+            tuner_node,
+            "min_observations",
+            f"{path}.tuner",
+            _integer(3),
+            "must be an integer >= 3 (three parameters)",
+            DEFAULT_MIN_OBSERVATIONS,
+        ),
+        window=r.get(
+            tuner_node,
+            "window",
+            f"{path}.tuner",
+            _integer(3),
+            "must be an integer >= 3",
+            DEFAULT_WINDOW,
+        ),
+    )
+    if tuner.window < tuner.min_observations:
+        r.fail(
+            f"{path}.tuner.window",
+            f"must be >= tuner.min_observations ({tuner.min_observations})",
+            tuner.window,
+        )
+    if len(r.problems) > before or name is None or model_name is None or source is None:
+        return None
+    return DeploymentConfig(
+        name=name,
+        model_name=model_name,
+        source=source,
+        server=server,
+        slo=slo,
+        min_replicas=low,
+        max_replicas=high,
+        scale_down_stabilization_s=window,
+        initial_params=initial,
+        tuner=tuner,
+    )
+
+
+def _source(
+    r: _Reader, node: Any, path: str, prometheus: PrometheusConfig | None
+) -> SourceConfig | None:
+    m = r.mapping(
+        node, path, {"scrape_urls", "scrape_service", "prometheus_selector", "scrape_timeout_s"}
+    )
+    given = [k for k in ("scrape_urls", "scrape_service", "prometheus_selector") if k in m]
+    if len(given) != 1:
+        r.fail(
+            path,
+            "must set exactly one of scrape_urls, scrape_service, prometheus_selector",
+            dict(m) if m else node,
+        )
+        return None
+    timeout = r.get(
+        m,
+        "scrape_timeout_s",
+        path,
+        _number(0.0),
+        "must be a number > 0 (seconds)",
+        DEFAULT_SCRAPE_TIMEOUT_S,
+    )
+    if "scrape_urls" in m:
+        urls = m["scrape_urls"]
+        if not isinstance(urls, list) or not urls or any(_url(u) is None for u in urls):
+            r.fail(f"{path}.scrape_urls", "must be a non-empty list of http(s) URLs", urls)
+            return None
+        return SourceConfig(scrape_urls=tuple(urls), scrape_timeout_s=timeout)
+    if "scrape_service" in m:
+        url = r.required(
+            m, "scrape_service", path, _url, "an http:// URL whose host is a headless Service name"
+        )
+        return None if url is None else SourceConfig(scrape_service=url, scrape_timeout_s=timeout)
+    selector = r.required(
+        m,
+        "prometheus_selector",
+        path,
+        _string(),
+        "a PromQL label selector such as '{namespace=\"x\"}'",
+    )
+    if selector is not None and prometheus is None:
+        r.fail(f"{path}.prometheus_selector", "needs the top-level `prometheus` section", selector)
+    return None if selector is None else SourceConfig(prometheus_selector=selector)
+
+
+def _server(r: _Reader, node: Any, path: str) -> ServerConfig:
+    m = r.mapping(node, path, {"max_num_seqs", "max_num_batched_tokens", "max_queue_size"})
+    seqs = r.get(m, "max_num_seqs", path, _integer(1), "must be an integer >= 1", 256)
+    tokens = r.get(m, "max_num_batched_tokens", path, _integer(1), "must be an integer >= 1", 8192)
+    queue = r.get(
+        m,
+        "max_queue_size",
+        path,
+        _integer(0),
+        "must be an integer >= 0 (omit it for vLLM's unbounded queue)",
+        None,
+    )
+    return ServerConfig(max_batch_size=seqs, max_num_batched_tokens=tokens, max_queue_size=queue)
+
+
+def _slo(r: _Reader, node: Any, path: str) -> SloConfig:
+    m = r.mapping(node, path, {"ttft_ms", "itl_ms"})
+    ttft = r.get(m, "ttft_ms", path, _number(0.0), "must be a number > 0 (ms)", None)
+    itl = r.get(m, "itl_ms", path, _number(0.0), "must be a number > 0 (ms)", None)
+    return SloConfig(ttft, itl)
+
+
+def _initial_params(r: _Reader, node: Any, path: str) -> ServiceParams | None:
+    if node is None:
+        return None
+    m = r.mapping(node, path, {"alpha_ms", "beta_ms", "gamma_ms"})
+    values = [
+        r.required(m, key, path, _number(0.0), "a number > 0 (ms)")
+        for key in ("alpha_ms", "beta_ms", "gamma_ms")
+    ]
+    if any(v is None for v in values):
+        return None
+    return ServiceParams(*values)  # type: ignore[arg-type]

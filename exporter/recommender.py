@@ -1,0 +1,203 @@
+"""Observation + calibration -> replica decision, with bounds and scale-down stabilization.
+
+Pure decision logic (no I/O, no clock reads): the daemon passes the time in. Issue "daemon" §2.
+The highest recommendation within the stabilization window wins, as the HPA does for scale-down,
+so scale-up is immediate. History is kept in wall-clock seconds so it survives a restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from exporter.config import DeploymentConfig
+from exporter.observations import DeploymentObservation
+from model import ServiceParams, Workload, analyze, replicas_for_slo
+
+
+class Reason(StrEnum):
+    """Why the desired replica count is what it is; values are exported label values."""
+
+    AT_TARGET = "at_target"
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    STABILIZING = "scale_down_stabilizing"
+    QUEUE_GROWING = "queue_growing"
+    MAX_REPLICAS = "max_replicas"
+    SLO_INFEASIBLE = "slo_infeasible"
+    TUNER_WARMING = "tuner_warming"
+    NO_WORKLOAD = "no_workload_yet"
+    SOURCE_DOWN = "source_down"
+
+
+REASON_MESSAGES: dict[Reason, str] = {
+    Reason.AT_TARGET: "the current replicas meet the targets at the observed load",
+    Reason.SCALE_UP: "more replicas are needed to meet the targets at the observed load",
+    Reason.SCALE_DOWN: "fewer replicas meet the targets at the observed load",
+    Reason.STABILIZING: "fewer replicas would do, held by the scale-down stabilization window",
+    Reason.QUEUE_GROWING: "requests queue up faster than they complete: one replica more",
+    Reason.MAX_REPLICAS: "the targets need more replicas than replicas.max allows",
+    Reason.SLO_INFEASIBLE: "the targets cannot be met at any load: recommending replicas.max",
+    Reason.TUNER_WARMING: "no model parameters yet: holding the current replica count",
+    Reason.NO_WORKLOAD: "no request has completed yet: holding the current replica count",
+    Reason.SOURCE_DOWN: "no usable observation this cycle: holding the last recommendation",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """One deployment's recommendation for one cycle; ms and req/s."""
+
+    desired_replicas: int | None  # None: nothing to recommend yet (the gauge is omitted)
+    reason: Reason
+    message: str
+    current_replicas: int | None
+    model_replicas: int | None  # the model's count before bounds and stabilization
+    arrival_rate_rps: float | None
+    max_rate_per_replica_rps: float | None  # SLO capacity of one replica
+    saturation_rate_per_replica_rps: float | None
+    predicted_ttft_ms: float | None  # at the current load on the current replicas
+    predicted_itl_ms: float | None
+
+
+class Recommender:
+    """Per-deployment decision state: the stabilization history and the last decision."""
+
+    def __init__(self, deployment: DeploymentConfig) -> None:
+        self._dep = deployment
+        self._history: deque[tuple[float, int]] = deque()
+        self.last: Decision | None = None
+
+    def decide(
+        self,
+        now_s: float,
+        observation: DeploymentObservation | None,
+        params: ServiceParams | None,
+        workload: Workload | None,
+    ) -> Decision:
+        """The decision at wall time now_s (s) from this cycle's inputs."""
+        decision = self._decide(now_s, observation, params, workload)
+        self.last = decision
+        return decision
+
+    def _decide(
+        self,
+        now_s: float,
+        obs: DeploymentObservation | None,
+        params: ServiceParams | None,
+        workload: Workload | None,
+    ) -> Decision:
+        dep = self._dep
+        if obs is None or not obs.success:
+            held = self.last.desired_replicas if self.last else None
+            return _decision(held, Reason.SOURCE_DOWN, current=None)
+        current = obs.ready_pods
+        rate = obs.arrival_rate_rps
+        if params is None:
+            return self._stabilized(now_s, current, None, Reason.TUNER_WARMING, current, rate)
+        if workload is None:
+            return self._stabilized(now_s, current, None, Reason.NO_WORKLOAD, current, rate)
+        plan = replicas_for_slo(
+            rate,
+            params,
+            dep.server,
+            workload,
+            dep.slo.ttft_ms,
+            dep.slo.itl_ms,
+            min_replicas=dep.min_replicas,
+        )
+        capacity = plan.capacity
+        predicted = analyze(params, dep.server, workload, rate / max(current, 1))
+        extra = {
+            "max_rate_per_replica_rps": capacity.rate_rps,
+            "saturation_rate_per_replica_rps": float(predicted.saturation_rate_rps),
+            "predicted_ttft_ms": float(predicted.ttft_ms),
+            "predicted_itl_ms": float(predicted.itl_ms),
+        }
+        if plan.replicas is None:
+            return self._stabilized(
+                now_s, dep.max_replicas, None, Reason.SLO_INFEASIBLE, current, rate, **extra
+            )
+        wanted, reason = plan.replicas, None
+        if obs.queue_growing and wanted <= current:
+            # The estimate lags a growing backlog; the queue itself says capacity is short.
+            wanted, reason = current + 1, Reason.QUEUE_GROWING
+        if wanted > dep.max_replicas:
+            wanted, reason = dep.max_replicas, Reason.MAX_REPLICAS
+        return self._stabilized(now_s, wanted, plan.replicas, reason, current, rate, **extra)
+
+    def _stabilized(
+        self,
+        now_s: float,
+        wanted: int,
+        model_replicas: int | None,
+        reason: Reason | None,
+        current: int,
+        rate: float,
+        **extra: Any,
+    ) -> Decision:
+        dep = self._dep
+        wanted = min(max(wanted, dep.min_replicas), dep.max_replicas)
+        while self._history and self._history[0][0] < now_s - dep.scale_down_stabilization_s:
+            self._history.popleft()
+        self._history.append((now_s, wanted))
+        desired = max(r for _, r in self._history)
+        if reason is None or (desired > wanted and reason is Reason.QUEUE_GROWING):
+            if desired > wanted and desired <= current:
+                reason = Reason.STABILIZING
+            elif desired > current:
+                reason = Reason.SCALE_UP
+            elif desired < current:
+                reason = Reason.SCALE_DOWN
+            else:
+                reason = Reason.AT_TARGET
+        return _decision(
+            desired,
+            reason,
+            current=current,
+            model_replicas=model_replicas,
+            arrival_rate_rps=rate,
+            **extra,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe stabilization history."""
+        return {"history": [[t, r] for t, r in self._history]}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Load a history saved by `to_dict` (entries that do not parse are dropped)."""
+        self._history.clear()
+        for entry in data.get("history", []):
+            if (
+                isinstance(entry, list)
+                and len(entry) == 2
+                and isinstance(entry[0], int | float)
+                and math.isfinite(entry[0])
+                and isinstance(entry[1], int)
+                and entry[1] >= 0
+            ):
+                self._history.append((float(entry[0]), int(entry[1])))
+
+
+def _decision(
+    desired: int | None, reason: Reason, *, current: int | None, **fields: Any
+) -> Decision:
+    values: dict[str, Any] = {
+        "model_replicas": None,
+        "arrival_rate_rps": None,
+        "max_rate_per_replica_rps": None,
+        "saturation_rate_per_replica_rps": None,
+        "predicted_ttft_ms": None,
+        "predicted_itl_ms": None,
+    }
+    values.update(fields)
+    return Decision(
+        desired_replicas=desired,
+        reason=reason,
+        message=REASON_MESSAGES[reason],
+        current_replicas=current,
+        **values,
+    )

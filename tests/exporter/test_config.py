@@ -1,0 +1,118 @@
+"""Config validation: good files load; each bad key is named with its value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.config import load_config, parse_config
+from exporter.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def minimal(**overrides: Any) -> dict[str, Any]:
+    dep: dict[str, Any] = {
+        "name": "llama",
+        "model_name": "llama-3",
+        "source": {"scrape_urls": ["http://127.0.0.1:8000/metrics"]},
+        "slo": {"ttft_ms": 500, "itl_ms": 50},
+    }
+    dep.update(overrides)
+    return {"deployments": [dep]}
+
+
+@pytest.mark.parametrize("name", ["example.yaml", "sidecar.yaml"])
+def test_shipped_configs_load(name: str) -> None:
+    config = load_config(REPO / "config" / name)
+    assert config.deployments and config.deployments[0].name == "llama-8b-vllm"
+
+
+def test_k8s_configmaps_embed_valid_configs() -> None:
+    for path in (REPO / "config" / "k8s").rglob("configmap.yaml"):
+        doc = yaml.safe_load(path.read_text())
+        config = parse_config(yaml.safe_load(doc["data"]["config.yaml"]))
+        assert config.deployments, path
+
+
+def test_defaults() -> None:
+    config = parse_config(minimal())
+    dep = config.deployments[0]
+    assert config.cycle_period_s == 30 and config.listen_port == 9464
+    assert dep.server.max_batch_size == 256 and dep.server.max_queue_size is None
+    assert dep.scale_down_stabilization_s == 300 and dep.min_replicas == 1
+    assert dep.tuner.min_observations == 5 and dep.tuner.window == 10
+    assert dep.source.kind == "scrape"
+
+
+BAD = [
+    ({"cycle_period_s": 0}, r"cycle_period_s: must be a number >= 1 \(seconds\), got 0"),
+    ({"listen_address": "9464"}, r"listen_address: must be HOST:PORT.*got '9464'"),
+    ({"log_level": "loud"}, r"log_level: must be one of debug, info.*got 'loud'"),
+    ({"colour": "blue"}, r"colour: unknown key \(allowed: .*\), got 'blue'"),
+    ({"prometheus": {"url": "prometheus:9090"}}, r"prometheus.url: an http.*got 'prometheus:9090'"),
+    ({"deployments": []}, r"deployments: must be a non-empty list"),
+]
+BAD_DEPLOYMENT = [
+    ({"name": "Llama_3"}, r"deployments\[0\].name: a Kubernetes name.*got 'Llama_3'"),
+    ({"model_name": None}, r"deployments\[0\].model_name: is required"),
+    ({"slo": {"ttft_ms": -5}}, r"\[0\].slo.ttft_ms: must be a number > 0 \(ms\), got -5"),
+    ({"slo": {"itl": 50}}, r"deployments\[0\].slo.itl: unknown key \(allowed: itl_ms, ttft_ms\)"),
+    ({"replicas": {"min": 4, "max": 2}}, r"deployments\[0\].replicas.max: must be >= replicas.min"),
+    ({"replicas": {"min": 0}}, r"deployments\[0\].replicas.min: must be an integer >= 1, got 0"),
+    ({"server": {"max_num_seqs": 2.5}}, r"server.max_num_seqs: must be an integer >= 1, got 2.5"),
+    ({"server": {"max_queue_size": -1}}, r"server.max_queue_size: must be an integer >= 0"),
+    ({"source": {}}, r"deployments\[0\].source: must set exactly one of scrape_urls"),
+    ({"source": {"scrape_urls": ["localhost:8000"]}}, r"source.scrape_urls: must be a non-empty"),
+    (
+        {"source": {"prometheus_selector": '{ns="a"}'}},
+        r"source.prometheus_selector: needs the top-level `prometheus` section",
+    ),
+    (
+        {"initial_params": {"alpha_ms": 6.0, "beta_ms": 0}},
+        r"initial_params.beta_ms: a number > 0 \(ms\), got 0",
+    ),
+    ({"tuner": {"window": 2}}, r"deployments\[0\].tuner.window: must be an integer >= 3, got 2"),
+    ({"scale_down_stabilization_s": "5m"}, r"scale_down_stabilization_s: must be a number >= 0"),
+]
+
+
+@pytest.mark.parametrize(("override", "pattern"), BAD)
+def test_bad_top_level_keys(override: dict[str, Any], pattern: str) -> None:
+    data = minimal()
+    data.update(override)
+    with pytest.raises(ConfigError, match=pattern):
+        parse_config(data)
+
+
+@pytest.mark.parametrize(("override", "pattern"), BAD_DEPLOYMENT)
+def test_bad_deployment_keys(override: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        parse_config(minimal(**override))
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    data = minimal(slo={"ttft_ms": -1}, replicas={"min": 0})
+    data["cycle_period_s"] = -3
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert len(info.value.problems) == 3
+
+
+def test_duplicate_names_are_refused() -> None:
+    data = minimal()
+    data["deployments"].append(dict(data["deployments"][0]))
+    with pytest.raises(ConfigError, match=r"deployments\[1\].name: must be unique, got 'llama'"):
+        parse_config(data)
+
+
+def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("deployments: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)

@@ -1,0 +1,157 @@
+"""Recommender decisions on scripted observation sequences, against hand-computed expectations.
+
+Expected counts come from the model's own sizing (replicas_for_slo with the same inputs), and
+the scripted steps exercise the decision rules around it: warm-up, bounds, stabilization,
+infeasible targets, a growing queue and a dead source.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporter.config import DeploymentConfig, SloConfig, SourceConfig
+from exporter.observations import DeploymentObservation, ObservationStatus
+from exporter.recommender import Reason, Recommender
+from model import ServerConfig, ServiceParams, Workload, max_rate_for_slo
+
+LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+SHAPE = Workload(1024, 512)
+SERVER = ServerConfig()
+# Table III TTFT-bound: one replica carries 8.0569 req/s within 50 ms TTFT / 25 ms ITL.
+CAPACITY = max_rate_for_slo(LLAMA, SERVER, SHAPE, ttft_ms=50, itl_ms=25).rate_rps
+
+
+def deployment(**overrides: object) -> DeploymentConfig:
+    values: dict[str, object] = {
+        "name": "llama",
+        "model_name": "llama-3",
+        "source": SourceConfig(scrape_urls=("http://127.0.0.1:1/metrics",)),
+        "server": SERVER,
+        "slo": SloConfig(ttft_ms=50, itl_ms=25),
+        "min_replicas": 1,
+        "max_replicas": 6,
+        "scale_down_stabilization_s": 300.0,
+    }
+    values.update(overrides)
+    return DeploymentConfig(**values)  # type: ignore[arg-type]
+
+
+def observation(rate_rps: float, pods: int, *, growing: bool = False) -> DeploymentObservation:
+    return DeploymentObservation(
+        success=True,
+        status=ObservationStatus.OK,
+        message="",
+        deployment="llama",
+        window_s=30.0,
+        end_time_s=0.0,
+        ready_pods=pods,
+        observed_pods=pods,
+        arrival_rate_rps=rate_rps,
+        completion_rate_rps=rate_rps,
+        backlog_change=0.0,
+        avg_input_tokens=1024.0,
+        avg_output_tokens=512.0,
+        ttft_ms=45.0,
+        itl_ms=12.0,
+        request_tpot_ms=12.0,
+        avg_running_per_pod=None,
+        avg_waiting_per_pod=None,
+        kv_cache_usage_ratio=None,
+        max_kv_cache_usage_ratio=None,
+        queue_growing=growing,
+        pods=(),
+        new_pods=(),
+        gone_pods=(),
+        failures=(),
+        problems=(),
+    )
+
+
+def test_capacity_is_the_paper_value() -> None:
+    assert round(CAPACITY, 4) == 8.0569
+
+
+def test_warming_tuner_holds_current_replicas() -> None:
+    rec = Recommender(deployment())
+    decision = rec.decide(0.0, observation(20.0, 2), None, SHAPE)
+    assert decision.desired_replicas == 2 and decision.reason is Reason.TUNER_WARMING
+    assert decision.predicted_ttft_ms is None
+
+
+def test_steady_load_at_target() -> None:
+    rec = Recommender(deployment())
+    rate = 2.5 * CAPACITY  # needs ceil(2.5) = 3
+    decision = rec.decide(0.0, observation(rate, 3), LLAMA, SHAPE)
+    assert decision.desired_replicas == 3 and decision.reason is Reason.AT_TARGET
+    assert decision.model_replicas == 3
+    assert math.isclose(decision.max_rate_per_replica_rps, CAPACITY)
+    assert decision.predicted_ttft_ms < 50.0
+
+
+def test_ramp_up_is_immediate_and_ramp_down_waits_for_the_window() -> None:
+    rec = Recommender(deployment())
+    steps = [
+        (0.0, 0.8 * CAPACITY, 1, 1, Reason.AT_TARGET),
+        (30.0, 2.9 * CAPACITY, 1, 3, Reason.SCALE_UP),  # immediate
+        (60.0, 3.5 * CAPACITY, 3, 4, Reason.SCALE_UP),
+        (90.0, 1.2 * CAPACITY, 4, 4, Reason.STABILIZING),  # 2 would do; 4 held
+        (360.0, 1.2 * CAPACITY, 4, 4, Reason.STABILIZING),  # t=60's 4 still in the window
+        (391.0, 1.2 * CAPACITY, 4, 2, Reason.SCALE_DOWN),  # window passed
+    ]
+    for now, rate, pods, desired, reason in steps:
+        decision = rec.decide(now, observation(rate, pods), LLAMA, SHAPE)
+        assert (decision.desired_replicas, decision.reason) == (desired, reason), now
+
+
+def test_bounds_clamp_with_reasons() -> None:
+    rec = Recommender(deployment(max_replicas=3, min_replicas=2))
+    high = rec.decide(0.0, observation(10 * CAPACITY, 3), LLAMA, SHAPE)
+    assert high.desired_replicas == 3 and high.reason is Reason.MAX_REPLICAS
+    assert high.model_replicas == 10
+    low = Recommender(deployment(min_replicas=2)).decide(0.0, observation(0.0, 2), LLAMA, SHAPE)
+    assert low.desired_replicas == 2 and low.reason is Reason.AT_TARGET
+
+
+def test_infeasible_targets_recommend_max() -> None:
+    rec = Recommender(deployment(slo=SloConfig(ttft_ms=5.0)))
+    decision = rec.decide(0.0, observation(1.0, 1), LLAMA, SHAPE)
+    assert decision.desired_replicas == 6 and decision.reason is Reason.SLO_INFEASIBLE
+    assert decision.model_replicas is None
+
+
+def test_growing_queue_adds_a_replica_when_the_model_says_enough() -> None:
+    rec = Recommender(deployment())
+    decision = rec.decide(0.0, observation(0.5 * CAPACITY, 2, growing=True), LLAMA, SHAPE)
+    assert decision.desired_replicas == 3 and decision.reason is Reason.QUEUE_GROWING
+
+
+def test_source_down_holds_the_last_recommendation() -> None:
+    rec = Recommender(deployment())
+    first = rec.decide(0.0, None, LLAMA, SHAPE)
+    assert first.desired_replicas is None and first.reason is Reason.SOURCE_DOWN
+    rec.decide(30.0, observation(2.5 * CAPACITY, 3), LLAMA, SHAPE)
+    down = rec.decide(60.0, None, LLAMA, SHAPE)
+    assert down.desired_replicas == 3 and down.reason is Reason.SOURCE_DOWN
+
+
+def test_no_workload_holds_current() -> None:
+    decision = Recommender(deployment()).decide(0.0, observation(1.0, 2), LLAMA, None)
+    assert decision.desired_replicas == 2 and decision.reason is Reason.NO_WORKLOAD
+
+
+def test_history_round_trip_keeps_the_window() -> None:
+    rec = Recommender(deployment())
+    rec.decide(0.0, observation(3.5 * CAPACITY, 4), LLAMA, SHAPE)
+    restored = Recommender(deployment())
+    restored.restore(rec.to_dict())
+    decision = restored.decide(30.0, observation(0.5 * CAPACITY, 4), LLAMA, SHAPE)
+    assert decision.desired_replicas == 4 and decision.reason is Reason.STABILIZING
+
+
+@pytest.mark.parametrize("bad", [[["x", 3]], [[1.0]], [[1.0, -2]], "nope"])
+def test_restore_drops_garbage(bad: object) -> None:
+    rec = Recommender(deployment())
+    rec.restore({"history": bad if isinstance(bad, list) else []})
+    assert rec.to_dict() == {"history": []}
