@@ -307,11 +307,11 @@ class Simulator:
         else:
             replica = ready[self._rr % len(ready)]
             self._rr += 1
+        self._requests.replica[req] = replica.index  # kept for rejections: they are per replica
         limit = self._server.max_queue_size
         if limit is not None and len(replica.waiting) >= limit:
             self._requests.rejected[req] = True
             return
-        self._requests.replica[req] = replica.index
         replica.waiting.push_back(np.array([req], dtype=np.int64))
         if replica.busy:
             end_s = replica.truncate_jump(self._now_s)
