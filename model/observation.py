@@ -28,7 +28,9 @@ class Observation:
 
     `max_batch_size` None means the fit's ServerConfig applies; `timestamp` is the window's end
     (unix s) and only orders observations; `weight` scales the point's squared errors in the
-    loss; `queue_growing` marks a window whose backlog grew (saturated, never fitted; spec §8).
+    loss; `queue_growing` marks a window whose backlog grew (saturated, never fitted; spec §8);
+    `synchronous` marks a closed concurrency-one benchmark run, which the refined model variant
+    evaluates without the chain (model/refined.py).
     """
 
     rate_rps: float
@@ -40,6 +42,7 @@ class Observation:
     timestamp: float | None = None
     weight: float = DEFAULT_WEIGHT
     queue_growing: bool = False
+    synchronous: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rate_rps", "avg_input_tokens", "ttft_ms", "itl_ms", "weight"):
@@ -60,6 +63,8 @@ class Observation:
             object.__setattr__(self, "timestamp", require_number("timestamp", self.timestamp))
         if not isinstance(self.queue_growing, bool):
             raise ValueError(f"`queue_growing` must be a bool, got {self.queue_growing!r}")
+        if not isinstance(self.synchronous, bool):
+            raise ValueError(f"`synchronous` must be a bool, got {self.synchronous!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping of every field (ms, req/s, unix s)."""

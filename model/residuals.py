@@ -58,6 +58,7 @@ class FitProblem:
         self.ttft_ms = np.array([o.ttft_ms for o in observations])
         self.itl_ms = np.array([o.itl_ms for o in observations])
         self.sqrt_weight = np.sqrt(np.array([o.weight for o in observations]))
+        self.synchronous = np.array([o.synchronous for o in observations], dtype=bool)
         batch = np.array([o.max_batch_size or server.max_batch_size for o in observations])
         self.groups: list[tuple[ServerConfig, NDArray[np.intp]]] = []
         for size in np.unique(batch):
@@ -79,7 +80,13 @@ class FitProblem:
         if len(self.groups) == 1:
             cfg = self.groups[0][0]
             out = analyze_points(
-                params, cfg, self.n_tokens, self.m_tokens, self.rate_rps, options=self.options
+                params,
+                cfg,
+                self.n_tokens,
+                self.m_tokens,
+                self.rate_rps,
+                options=self.options,
+                synchronous=self.synchronous,
             )
             return (
                 np.asarray(out.ttft_ms),
@@ -95,6 +102,7 @@ class FitProblem:
                 self.m_tokens[idx],
                 self.rate_rps[idx],
                 options=self.options,
+                synchronous=self.synchronous[idx],
             )
             ttft[idx], itl[idx], sat[idx] = out.ttft_ms, out.itl_ms, out.saturation_rate_rps
         return ttft, itl, sat
