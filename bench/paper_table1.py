@@ -1,7 +1,8 @@
 """Paper Table I on the H100 grid, for the paper-exact and the refined (B5) model variants.
 
 Fits alpha, beta, gamma per model and variant on the paper's 112 points (in_paper_fit = 1,
-B = 256, M = 8192) by minimizing the sum of squared relative TTFT and ITL errors, prints the
+B = 256, M = 8192) with the project's tuner fit (model.fit, cross-checked by a direct scipy
+least-squares fit) minimizing the sum of squared relative TTFT and ITL errors, prints the
 errors (mean |pred - meas| / mean meas) beside the paper's, and adds two held-out checks:
 fit on rate indices 1-4 and predict 5-7, and leave-one-input-length-out. Writes
 bench/results/paper_table1.json and one predicted-vs-measured scatter per model
@@ -29,6 +30,8 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from model.analyzer import analyze_points
+from model.fit import fit as tuner_fit
+from model.observation import Observation
 from model.params import ServerConfig, ServiceParams
 from model.variant import (
     CONSTANT_ARRIVAL_CV,
@@ -133,11 +136,29 @@ def residuals(theta: FloatArray, pts: Points, options: ModelOptions) -> FloatArr
     return np.where(np.isfinite(r), r, UNSTABLE_RESIDUAL)
 
 
+def observations(pts: Points) -> list[Observation]:
+    return [
+        Observation(rate_rps=r, avg_input_tokens=n, avg_output_tokens=m, ttft_ms=t, itl_ms=i,
+                    synchronous=bool(s))
+        for r, n, m, t, i, s in zip(pts.rate_rps, pts.n, pts.m, pts.ttft_ms, pts.itl_ms,
+                                    pts.synchronous, strict=True)
+    ]
+
+
 def fit(pts: Points, options: ModelOptions) -> tuple[FloatArray, int]:
-    """Least-squares fit of (alpha, beta, gamma) in ms, scaled by the paper's start."""
+    """The project's tuner fit (model.fit) of (alpha, beta, gamma) in ms from the paper's
+    start; the loss is the paper's sum of squared relative TTFT and ITL errors."""
+    res = tuner_fit(observations(pts), SERVER, ServiceParams(*START), options=options)
+    if not res.success:
+        raise RuntimeError(f"fit failed: {res.status} {res.message}")
+    return np.array(res.params.as_tuple()), res.nfev
+
+
+def fit_direct(pts: Points, options: ModelOptions) -> FloatArray:
+    """Cross-check: scipy least squares on the same loss, parameters scaled by the start."""
     sol = least_squares(lambda p: residuals(p * START, pts, options), np.ones(3),
                         bounds=(1e-6, np.inf), x_scale="jac", xtol=1e-12, ftol=1e-12)
-    return sol.x * START, int(sol.nfev)
+    return sol.x * START
 
 
 def errors(pred: FloatArray, meas: FloatArray) -> dict[str, float]:
@@ -166,11 +187,15 @@ def evaluate(model_name: str, variant: ModelVariant) -> dict[str, object]:
     theta, nfev = fit(pts, options)
     fit_s = time.perf_counter() - t0
     ttft, itl = predict(theta, pts, options)
+    direct = fit_direct(pts, options)
     out: dict[str, object] = {
         "options": options.to_dict(),
         "params": dict(zip(("alpha_ms", "beta_ms", "gamma_ms"), map(float, theta), strict=True)),
         "nfev": nfev,
         "fit_seconds": fit_s,
+        "loss": float(np.sum(residuals(theta, pts, options) ** 2)),
+        "direct_least_squares": {"params": [float(v) for v in direct],
+                                 "loss": float(np.sum(residuals(direct, pts, options) ** 2))},
         "in_sample": scored(ttft, itl, pts),
         "by_rate_index": {int(k): scored(ttft[pts.rate_index == k], itl[pts.rate_index == k],
                                          pts.subset(pts.rate_index == k))
@@ -200,7 +225,7 @@ def evaluate(model_name: str, variant: ModelVariant) -> dict[str, object]:
 
 
 def pct(x: float) -> str:
-    return f"{100 * x:5.1f}"
+    return f"{100 * x:5.2f}"
 
 
 def print_tables(results: dict[str, dict[str, dict[str, object]]]) -> None:
