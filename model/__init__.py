@@ -2,6 +2,8 @@
 
 from model.analyzer import Analysis, analyze, max_rate
 from model.chunks import chunk_table
+from model.fit import FitMethod, FitResult, FitStatus, MetricError, fit, initial_guess
+from model.observation import Observation
 from model.params import ServerConfig, ServiceParams, Workload
 from model.sizing import (
     Binding,
@@ -11,6 +13,7 @@ from model.sizing import (
     max_rate_for_slo,
     replicas_for_slo,
 )
+from model.tuner import SkipReason, Tuner, TunerReason, TunerState, TunerStatus
 
 __all__ = [
     "Analysis",
@@ -21,8 +24,20 @@ __all__ = [
     "ServerConfig",
     "ServiceParams",
     "Workload",
+    "FitMethod",
+    "FitResult",
+    "FitStatus",
+    "MetricError",
+    "Observation",
+    "SkipReason",
+    "Tuner",
+    "TunerReason",
+    "TunerState",
+    "TunerStatus",
     "analyze",
     "chunk_table",
+    "fit",
+    "initial_guess",
     "max_rate",
     "max_rate_for_slo",
     "replicas_for_slo",
