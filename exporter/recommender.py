@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from exporter.config import DeploymentConfig
-from exporter.observations import DeploymentObservation
+from exporter.observations import DeploymentObservation, ObservationStatus
 from model import ServiceParams, Workload, analyze, replicas_for_slo
 
 
@@ -30,7 +30,10 @@ class Reason(StrEnum):
     SLO_INFEASIBLE = "slo_infeasible"
     TUNER_WARMING = "tuner_warming"
     NO_WORKLOAD = "no_workload_yet"
+    FIRST_WINDOW = "first_window"
     SOURCE_DOWN = "source_down"
+    NO_PODS = "no_pods"
+    MODEL_NOT_FOUND = "model_not_found"
 
 
 REASON_MESSAGES: dict[Reason, str] = {
@@ -43,7 +46,16 @@ REASON_MESSAGES: dict[Reason, str] = {
     Reason.SLO_INFEASIBLE: "the targets cannot be met at any load: recommending replicas.max",
     Reason.TUNER_WARMING: "no model parameters yet: holding the current replica count",
     Reason.NO_WORKLOAD: "no request has completed yet: holding the current replica count",
-    Reason.SOURCE_DOWN: "no usable observation this cycle: holding the last recommendation",
+    Reason.FIRST_WINDOW: "first read of the pods: holding the current replica count",
+    Reason.SOURCE_DOWN: "the metrics source failed: holding the last recommendation",
+    Reason.NO_PODS: "no pod gave a usable sample: holding the last recommendation",
+    Reason.MODEL_NOT_FOUND: "no pod serves the configured model_name: holding the last "
+    "recommendation",
+}
+# Observation verdicts that carry no rates: what the decision says instead.
+_UNUSABLE = {
+    ObservationStatus.NO_PODS: Reason.NO_PODS,
+    ObservationStatus.MODEL_NOT_FOUND: Reason.MODEL_NOT_FOUND,
 }
 
 
@@ -91,10 +103,13 @@ class Recommender:
         workload: Workload | None,
     ) -> Decision:
         dep = self._dep
-        if obs is None or not obs.success:
+        if obs is None or obs.status in _UNUSABLE:
             held = self.last.desired_replicas if self.last else None
-            return _decision(held, Reason.SOURCE_DOWN, current=None)
+            reason = Reason.SOURCE_DOWN if obs is None else _UNUSABLE[obs.status]
+            return _decision(held, reason, current=None)
         current = obs.ready_pods
+        if obs.status is ObservationStatus.WARMING_UP:
+            return _decision(current, Reason.FIRST_WINDOW, current=current)
         rate = obs.arrival_rate_rps
         if params is None:
             return self._stabilized(now_s, current, None, Reason.TUNER_WARMING, current, rate)

@@ -38,10 +38,16 @@ def deployment(**overrides: object) -> DeploymentConfig:
     return DeploymentConfig(**values)  # type: ignore[arg-type]
 
 
-def observation(rate_rps: float, pods: int, *, growing: bool = False) -> DeploymentObservation:
+def observation(
+    rate_rps: float,
+    pods: int,
+    *,
+    growing: bool = False,
+    status: ObservationStatus = ObservationStatus.OK,
+) -> DeploymentObservation:
     return DeploymentObservation(
-        success=True,
-        status=ObservationStatus.OK,
+        success=status in (ObservationStatus.OK, ObservationStatus.NO_LATENCY),
+        status=status,
         message="",
         deployment="llama",
         window_s=30.0,
@@ -155,3 +161,16 @@ def test_restore_drops_garbage(bad: object) -> None:
     rec = Recommender(deployment())
     rec.restore({"history": bad if isinstance(bad, list) else []})
     assert rec.to_dict() == {"history": []}
+
+
+def test_first_window_holds_current_and_unusable_windows_hold_last() -> None:
+    rec = Recommender(deployment())
+    first = rec.decide(0.0, observation(0.0, 2, status=ObservationStatus.WARMING_UP), LLAMA, SHAPE)
+    assert first.desired_replicas == 2 and first.reason is Reason.FIRST_WINDOW
+    rec.decide(30.0, observation(3.5 * CAPACITY, 2), LLAMA, SHAPE)
+    lost = rec.decide(
+        60.0, observation(0.0, 0, status=ObservationStatus.MODEL_NOT_FOUND), LLAMA, SHAPE
+    )
+    assert lost.desired_replicas == 4 and lost.reason is Reason.MODEL_NOT_FOUND
+    gone = rec.decide(90.0, observation(0.0, 0, status=ObservationStatus.NO_PODS), LLAMA, SHAPE)
+    assert gone.desired_replicas == 4 and gone.reason is Reason.NO_PODS

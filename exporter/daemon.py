@@ -1,0 +1,357 @@
+"""Composition root: one cycle = read, observe, tune, decide, publish, save. Issue "daemon".
+
+`Daemon` is given everything it needs (config, sources, registry, state file, clock) and never
+sleeps: the scheduler at the edge (cli.py, demo.py) calls `run_cycle()`. A deployment that
+fails is logged, counted and skipped; the others go on, and every deployment keeps its
+calibration (style §3).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from exporter.clock import Clock
+from exporter.collector import PREFIX, CycleSnapshot, DeploymentStatus, SnapshotCollector
+from exporter.config import Config, DeploymentConfig
+from exporter.errors import SourceError
+from exporter.observations import DeploymentObservation, ObservationStatus, WindowTracker
+from exporter.promapi import PrometheusClient
+from exporter.recommender import Decision, Recommender
+from exporter.server import WhatIf
+from exporter.sources import PrometheusSource, ScrapeSource, Source
+from exporter.statefile import StateFile
+from model import ServiceParams, Workload, analyze, replicas_for_slo
+from model.observation import Observation
+from model.tuner import Tuner
+
+logger = logging.getLogger(__name__)
+
+# /readyz: ready while the last successful cycle is at most this many periods old.
+READY_PERIODS = 3.0
+
+
+@dataclass(slots=True)
+class DeploymentRuntime:
+    """Mutable per-deployment state owned by the daemon."""
+
+    config: DeploymentConfig
+    source: Source
+    tuner: Tuner
+    recommender: Recommender
+    tracker: WindowTracker
+    workload: Workload | None = None
+    observation: DeploymentObservation | None = field(default=None)
+
+    @property
+    def params(self) -> ServiceParams | None:
+        """The tuner's estimate (it starts from the configured initial parameters, if any)."""
+        return self.tuner.params
+
+
+def new_tuner(dep: DeploymentConfig) -> Tuner:
+    """A fresh tuner for a deployment, seeded with its initial parameters if configured."""
+    return Tuner(
+        dep.server,
+        initial=dep.initial_params,
+        min_observations=dep.tuner.min_observations,
+        window_size=dep.tuner.window,
+    )
+
+
+def build_sources(config: Config, clock: Clock) -> dict[str, Source]:
+    """One source per deployment, from its `source` section."""
+    client = None
+    if config.prometheus is not None:
+        client = PrometheusClient(
+            config.prometheus.url,
+            timeout_s=config.prometheus.timeout_s,
+            bearer_token_file=config.prometheus.bearer_token_file,
+            ca_file=config.prometheus.ca_file,
+        )
+    sources: dict[str, Source] = {}
+    for dep in config.deployments:
+        src = dep.source
+        if src.prometheus_selector is not None:
+            assert client is not None  # config validation guarantees the prometheus section
+            sources[dep.name] = PrometheusSource(
+                client=client,
+                clock=clock,
+                selector=src.prometheus_selector,
+                model_name=dep.model_name,
+            )
+        else:
+            sources[dep.name] = ScrapeSource(
+                clock=clock,
+                urls=src.scrape_urls,
+                service_url=src.scrape_service,
+                model_name=dep.model_name,
+                timeout_s=src.scrape_timeout_s,
+            )
+    return sources
+
+
+class Daemon:
+    """Runs cycles over every configured deployment and publishes their results."""
+
+    def __init__(
+        self,
+        config: Config,
+        sources: Mapping[str, Source],
+        registry: CollectorRegistry,
+        clock: Clock,
+        statefile: StateFile | None = None,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._statefile = statefile
+        self.collector = SnapshotCollector()
+        registry.register(self.collector)
+        self.scrape_errors = Counter(
+            PREFIX + "scrape_errors",
+            "Failed reads of vLLM metrics, by source kind and reason.",
+            ["deployment", "source", "reason"],
+            registry=registry,
+        )
+        self.observation_problems = Counter(
+            PREFIX + "observation_problems",
+            "Degraded observation windows (counter resets, new or gone pods, ...), by problem.",
+            ["deployment", "problem"],
+            registry=registry,
+        )
+        self.cycle_duration = Gauge(
+            PREFIX + "cycle_duration_seconds", "Wall time of the last cycle.", registry=registry
+        )
+        self.last_success = Gauge(
+            PREFIX + "last_successful_cycle_timestamp_seconds",
+            "Unix time of the last cycle in which at least one deployment was observed.",
+            registry=registry,
+        )
+        self.cycles = Counter(
+            PREFIX + "cycles",
+            "Cycles run, by outcome (ok, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self._last_success_mono: float | None = None
+        self.runtimes = {
+            dep.name: DeploymentRuntime(
+                config=dep,
+                source=sources[dep.name],
+                tuner=new_tuner(dep),
+                recommender=Recommender(dep),
+                tracker=WindowTracker(dep.name),
+            )
+            for dep in config.deployments
+        }
+        self._restore()
+
+    # -- one cycle -------------------------------------------------------------------------
+
+    def run_cycle(self) -> CycleSnapshot:
+        """Read, observe, tune, decide for every deployment; publish and save."""
+        start = self._clock.monotonic()
+        now_s = self._clock.time()
+        statuses: list[DeploymentStatus] = []
+        observed_any = False
+        for runtime in self.runtimes.values():
+            try:
+                observed_any |= self._cycle_deployment(runtime, now_s)
+            except Exception:  # the per-deployment guard (style §3): never stop the cycle
+                logger.exception("%s: cycle failed", runtime.config.name)
+                self.scrape_errors.labels(runtime.config.name, "internal", "exception").inc()
+                runtime.observation = None
+            statuses.append(self._status(runtime))
+        snapshot = CycleSnapshot(tuple(statuses))
+        self.collector.publish(snapshot)
+        self._save()
+        self.cycle_duration.set(self._clock.monotonic() - start)
+        if observed_any:
+            self.last_success.set(now_s)
+            self._last_success_mono = self._clock.monotonic()
+        self.cycles.labels("ok" if observed_any else "failed").inc()
+        return snapshot
+
+    def _cycle_deployment(self, runtime: DeploymentRuntime, now_s: float) -> bool:
+        dep = runtime.config
+        try:
+            read = runtime.source.read()
+        except SourceError as exc:
+            logger.warning("%s: source failed (%s): %s", dep.name, exc.reason, exc)
+            self.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
+            runtime.observation = None
+            self._log(runtime, runtime.recommender.decide(now_s, None, runtime.params, None))
+            return False
+        for failure in read.failures:
+            self.scrape_errors.labels(dep.name, dep.source.kind, failure.reason.value).inc()
+        obs = runtime.tracker.observe(read)
+        runtime.observation = obs
+        for problem in obs.problems:
+            self.observation_problems.labels(dep.name, problem.value).inc()
+        if obs.status is ObservationStatus.MODEL_NOT_FOUND:
+            self.scrape_errors.labels(dep.name, dep.source.kind, "model_not_found").inc()
+        if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
+            try:
+                runtime.workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
+            except ValueError as exc:
+                logger.warning("%s: unusable request shape: %s", dep.name, exc)
+        self._tune(runtime, obs)
+        decision = runtime.recommender.decide(now_s, obs, runtime.params, runtime.workload)
+        self._log(runtime, decision)
+        return obs.success
+
+    def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
+        """Feed one per-replica observation to the tuner when the window has latencies."""
+        if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
+            return
+        if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
+            return
+        try:
+            point = Observation(
+                rate_rps=obs.arrival_rate_rps / obs.observed_pods,
+                avg_input_tokens=obs.avg_input_tokens,
+                avg_output_tokens=obs.avg_output_tokens,
+                ttft_ms=obs.ttft_ms,
+                itl_ms=obs.itl_ms,
+                max_batch_size=runtime.config.server.max_batch_size,
+                timestamp=obs.end_time_s,
+                queue_growing=obs.queue_growing,
+            )
+        except ValueError as exc:
+            logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
+            self.observation_problems.labels(runtime.config.name, "invalid_observation").inc()
+            return
+        runtime.tuner.update(point)
+
+    def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
+        dep, obs = runtime.config, runtime.observation
+        decision = runtime.recommender.last
+        assert decision is not None
+        fit = runtime.tuner.last_fit
+        return DeploymentStatus(
+            deployment=dep.name,
+            model_name=dep.model_name,
+            decision=decision,
+            params=runtime.params,
+            tuner_state=runtime.tuner.state.value,
+            tuner_reason=runtime.tuner.reason.value,
+            fit_ttft_error=None if fit is None else fit.ttft_error.mean_ratio,
+            fit_itl_error=None if fit is None else fit.itl_error.mean_ratio,
+            observed_ttft_ms=None if obs is None else obs.ttft_ms,
+            observed_itl_ms=None if obs is None else obs.itl_ms,
+            slo_ttft_ms=dep.slo.ttft_ms,
+            slo_itl_ms=dep.slo.itl_ms,
+        )
+
+    def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
+        obs, params = runtime.observation, runtime.params
+        logger.info(
+            "deployment=%s rate_rps=%s replicas=%s->%s reason=%s ttft_ms=%s/%s itl_ms=%s/%s "
+            "params_ms=%s tuner=%s",
+            runtime.config.name,
+            _fmt(d.arrival_rate_rps),
+            d.current_replicas,
+            d.desired_replicas,
+            d.reason.value,
+            _fmt(None if obs is None else obs.ttft_ms),
+            _fmt(d.predicted_ttft_ms),
+            _fmt(None if obs is None else obs.itl_ms),
+            _fmt(d.predicted_itl_ms),
+            "-"
+            if params is None
+            else f"{params.alpha_ms:.4g},{params.beta_ms:.4g},{params.gamma_ms:.4g}",
+            runtime.tuner.state.value,
+        )
+
+    # -- health and what-if ----------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """True while a cycle observed something within the last READY_PERIODS periods."""
+        if self._last_success_mono is None:
+            return False
+        age = self._clock.monotonic() - self._last_success_mono
+        return age <= READY_PERIODS * self.config.cycle_period_s
+
+    def predict(self, deployment: str, rate_rps: float, replicas: int | None) -> WhatIf:
+        """What-if at a total rate with the current parameters (LookupError if impossible)."""
+        runtime = self.runtimes.get(deployment)
+        if runtime is None:
+            raise LookupError(f"unknown deployment {deployment!r}")
+        params, workload = runtime.params, runtime.workload
+        if params is None or workload is None:
+            raise LookupError(f"deployment {deployment!r} has no calibrated model yet")
+        dep = runtime.config
+        last = runtime.recommender.last
+        count = replicas or (last.current_replicas if last and last.current_replicas else 1)
+        at = analyze(params, dep.server, workload, rate_rps / count)
+        plan = replicas_for_slo(
+            rate_rps,
+            params,
+            dep.server,
+            workload,
+            dep.slo.ttft_ms,
+            dep.slo.itl_ms,
+            min_replicas=dep.min_replicas,
+        )
+        return WhatIf(
+            deployment=deployment,
+            total_rate_rps=rate_rps,
+            replicas=count,
+            per_replica_rate_rps=rate_rps / count,
+            ttft_ms=float(at.ttft_ms),
+            itl_ms=float(at.itl_ms),
+            stable=bool(at.stable),
+            max_rate_per_replica_rps=plan.capacity.rate_rps,
+            saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
+            replicas_needed=plan.replicas,
+            feasible=plan.capacity.feasible,
+            params=params.to_dict(),
+        )
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self._statefile is None:
+            return
+        state: dict[str, Any] = {"deployments": {}}
+        for name, rt in self.runtimes.items():
+            state["deployments"][name] = {
+                "tuner": rt.tuner.to_dict(),
+                "recommender": rt.recommender.to_dict(),
+                "workload": None
+                if rt.workload is None
+                else [rt.workload.avg_input_tokens, rt.workload.avg_output_tokens],
+            }
+        try:
+            self._statefile.save(state)
+        except OSError as exc:
+            logger.error("cannot save state to %s: %s", self._statefile.path, exc)
+
+    def _restore(self) -> None:
+        if self._statefile is None:
+            return
+        saved = self._statefile.load().get("deployments", {})
+        for name, rt in self.runtimes.items():
+            entry = saved.get(name)
+            if not isinstance(entry, dict):
+                continue
+            try:
+                rt.tuner = Tuner.from_dict(entry["tuner"])
+                rt.recommender.restore(entry.get("recommender", {}))
+                shape = entry.get("workload")
+                rt.workload = None if shape is None else Workload(*shape)
+            except (KeyError, TypeError, ValueError) as exc:
+                logger.error("%s: saved state unusable, starting fresh: %s", name, exc)
+                continue
+            logger.info("%s: restored calibration %s", name, rt.params)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.4g}"
