@@ -281,3 +281,18 @@ def test_grid_errors_at_the_reported_b5_parameters(model, arch, theta, itl_err, 
     ttft, itl = col("ttft_ms"), col("itl_ms")
     assert np.mean(np.abs(res.itl_ms - itl)) / itl.mean() == pytest.approx(itl_err, abs=5e-4)
     assert np.mean(np.abs(res.ttft_ms - ttft)) / ttft.mean() == pytest.approx(ttft_err, abs=5e-4)
+
+
+def test_fit_problem_passes_synchronous_observations_through():
+    from model.observation import Observation
+    from model.residuals import FitProblem
+
+    a, w_pref, d = work_terms(LLAMA, 1024, 512, CV, LLAMA_3_1_8B.attention_ratio)
+    closed = Observation(rate_rps=0.3, avg_input_tokens=1024, avg_output_tokens=512,
+                         ttft_ms=2 * a + w_pref + d, itl_ms=a + d, synchronous=True)
+    problem = FitProblem([closed], SERVER, refined(0.0))
+    errors, _ = problem.relative_errors(LLAMA)
+    np.testing.assert_allclose(errors, 0.0, atol=1e-12)
+    open_run = FitProblem([closed.__class__(**{**closed.to_dict(), "synchronous": False})],
+                          SERVER, refined(0.0))
+    assert np.abs(open_run.relative_errors(LLAMA)[0]).max() > 1e-3
