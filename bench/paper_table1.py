@@ -326,6 +326,7 @@ def plot(model_name: str, by_var: dict[str, dict[str, object]], path: Path) -> N
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     pts = load_points(model_name)
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
@@ -344,6 +345,10 @@ def plot(model_name: str, by_var: dict[str, dict[str, object]], path: Path) -> N
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
+        for axis in (ax.xaxis, ax.yaxis):  # plain 10, 20, 50, 100 labels instead of 2x10^1
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"measured {metric.split('_')[0].upper()} (ms)")
         ax.set_ylabel(f"predicted {metric.split('_')[0].upper()} (ms)")
         ax.grid(True, which="both", alpha=0.3)
