@@ -15,6 +15,8 @@ vLLM-compatible /metrics on 127.0.0.1. Style §6; ecosystem §1; collector-spec 
         fleet.set_replicas(3)          # new ones serve after startup_delay_s; removed ones drain
         fleet.truth(t0_s, t1_s)        # FleetTruth: the simulator's own figures for a window
         fleet.result()                 # SimResult: every request so far
+        fleet.replica_status()         # [ReplicaStatus]: state, running, waiting, KV tokens
+        fleet.stats()                  # EmulatorStats: ticks, late ticks, slowest tick
         fleet.sim_clock                # a Clock that reads simulated time
 
 Time. Simulated seconds = `time_scale` x seconds of the injected clock since `start()`.
@@ -48,7 +50,7 @@ from exporter.clock import Clock, SystemClock
 from exporter.emulator_metrics import ReplicaMetrics
 from model.params import ServerConfig, ServiceParams
 from model.replica import ReplicaState
-from model.simulator import Router, SimResult, Simulator
+from model.simulator import ReplicaStatus, Router, SimResult, Simulator
 from model.validation import require_int_at_least, require_non_negative, require_positive
 from model.workloads import ArrivalStream, LengthDist, LengthKind, RateProfile, RequestTrace
 
@@ -63,7 +65,7 @@ _SERVING = (ReplicaState.READY, ReplicaState.DRAINING)
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         """Access logs would drown the emulator's own log."""
 
 
@@ -293,6 +295,11 @@ class EmulatedFleet:
             mean_ttft_ms=_mean(res.ttft_ms[firsts]),
             mean_itl_ms=_mean(itl),
         )
+
+    def replica_status(self) -> list[ReplicaStatus]:
+        """Every replica ever created, by index, as of the last sync."""
+        with self._lock:
+            return self._sim.replica_status()
 
     def stats(self) -> EmulatorStats:
         """Tick counts, late ticks and the slowest tick (wall s)."""

@@ -37,6 +37,8 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 _EMPTY_F = np.empty(0)
 _EMPTY_I = np.empty(0, dtype=np.int64)
+_EMPTY_F.setflags(write=False)
+_EMPTY_I.setflags(write=False)
 
 
 class ReplicaState(StrEnum):
@@ -219,6 +221,8 @@ class Replica:
             self._compact(~done)
         if not self._record:
             return None
+        for arr in (gaps, weights, first_ids, finished):
+            arr.setflags(write=False)
         return IterationRecord(
             replica=self.index,
             end_s=now_s,

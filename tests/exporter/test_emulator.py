@@ -150,7 +150,7 @@ def test_counter_deltas_agree_with_the_simulator(manual) -> None:  # type: ignor
     assert delta("vllm:e2e_request_latency_seconds_sum") * 1000 == pytest.approx(
         np.sum(res.e2e_ms[done]), rel=1e-9)
     running = sum(value(a, "vllm:num_requests_running") for a in after)
-    assert running == sum(s.running for s in fleet._sim.replica_status())  # noqa: SLF001
+    assert running == sum(s.running for s in fleet.replica_status())
 
 
 def test_everything_adds_up_once_the_load_stops(manual) -> None:  # type: ignore[no-untyped-def]
