@@ -8,12 +8,15 @@ step 5; the point stays in the window), and accepts the fit only if it converged
 every parameter and lies within physical bounds. Otherwise the last good estimate is held
 (spec §7.3 step 6, §9). Deviations, each a [REC] of the spec:
 - saturated observations never enter the window (spec §8): a `queue_growing` flag, or a rate at
-  or above `saturation_fraction` of the saturation rate of the current estimate;
+  or above `saturation_fraction` of the saturation rate of the current *fitted* estimate (never
+  of a seed, which may be far off). A fitted estimate can be wrong too: after `window_size`
+  model-saturated observations in a row, further ones are let through until one is not, so a
+  tuner whose estimate is too slow cannot lock itself out (spec §16 #12-14);
 - the first fit also runs the identifiability and bounds checks: until it passes the tuner stays
   "warming" (no estimate) rather than publishing the light-traffic guess (spec §16 #15);
 - identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone;
 - given initial parameters (an operator calibration), the tuner starts "holding" them with
-  reason "seeded", warm-starts from them and judges saturation with them.
+  reason "seeded", and warm-starts its first fit from them.
 """
 
 from __future__ import annotations
@@ -175,6 +178,7 @@ class Tuner:
         self._last_fit: FitResult | None = None
         self._fit_count = 0
         self._skipped = dict.fromkeys(SkipReason, 0)
+        self._saturated_run = 0  # model-saturated observations skipped in a row
 
     @property
     def params(self) -> ServiceParams | None:
@@ -239,10 +243,16 @@ class Tuner:
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
             return SkipReason.QUEUE_GROWING
-        if self._params is None or self.saturation_fraction is None:
+        if self._params is None or self._fit_count == 0 or self.saturation_fraction is None:
             return None
         _, load = FitProblem([observation], self.server, self.options).relative_errors(self._params)
-        return SkipReason.SATURATED if load[0] >= self.saturation_fraction else None
+        if load[0] < self.saturation_fraction:
+            self._saturated_run = 0
+            return None
+        if self._saturated_run >= self.window_size:
+            return None  # the estimate, not the deployment, looks wrong: let the data decide
+        self._saturated_run += 1
+        return SkipReason.SATURATED
 
     def _refit(self) -> tuple[FitResult, Observation | None]:
         """Fit the window; leave out its worst point once if that point is an outlier."""
@@ -322,6 +332,7 @@ class Tuner:
             "params": None if self._params is None else self._params.to_dict(),
             "fit_count": self._fit_count,
             "skipped": {reason.value: count for reason, count in self._skipped.items()},
+            "saturated_run": self._saturated_run,
             "window": [obs.to_dict() for obs in self._window],
             "last_fit": None if self._last_fit is None else self._last_fit.to_dict(),
         }
@@ -353,6 +364,7 @@ class Tuner:
             last_fit = data["last_fit"]
             tuner._last_fit = None if last_fit is None else FitResult.from_dict(last_fit)
             tuner._fit_count = require_int_at_least("fit_count", data["fit_count"], 0)
+            tuner._saturated_run = require_int_at_least("saturated_run", data["saturated_run"], 0)
             for key, count in data["skipped"].items():
                 skip = _enum(SkipReason, "skipped", key)
                 tuner._skipped[skip] = require_int_at_least(f"skipped.{key}", count, 0)
