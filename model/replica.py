@@ -149,7 +149,8 @@ class Replica:
                     r = keep
                     used = int(self._alloc[:r].sum())
             batch_fixed = r == self._max_seqs or not self.waiting
-            if preempted == 0 and total == r <= budget and batch_fixed:
+            # One token each and no first token due (a 1-token prompt remainder emits one).
+            if preempted == 0 and total == r <= budget and batch_fixed and self._emitted[:r].min():
                 return self._start_jump(now_s)
         if preempted == 0 and r < self._max_seqs and used < budget and self.waiting:
             r = self._admit(now_s, r, budget - used)

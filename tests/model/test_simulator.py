@@ -124,14 +124,25 @@ def poisson_1k() -> RequestTrace:
     return poisson_trace(8.0, 120.0, lengths_in, lengths_out, rng)
 
 
-def test_decode_runs_in_one_step_match_iteration_by_iteration(poisson_1k: RequestTrace) -> None:
-    server = ServerConfig(256, 8192)
-    fast = Simulator(LLAMA, server)
-    slow = Simulator(LLAMA, server, max_jump_s=1e-12)  # forces one iteration per step
+@pytest.mark.parametrize(
+    ("server", "kwargs"),
+    [
+        (ServerConfig(256, 8192), {}),
+        (ServerConfig(32, 1024), {"replicas": 2, "router": Router.LEAST_LOADED,
+                                  "kv_capacity_tokens": 12_000}),
+    ],
+    ids=["one-replica", "fleet-kv-limited"],
+)
+def test_decode_runs_in_one_step_match_iteration_by_iteration(
+    poisson_1k: RequestTrace, server: ServerConfig, kwargs: dict[str, object]
+) -> None:
+    fast = Simulator(LLAMA, server, **kwargs)  # type: ignore[arg-type]
+    slow = Simulator(LLAMA, server, max_jump_s=1e-12, **kwargs)  # type: ignore[arg-type]
     for sim in (fast, slow):
         sim.add_requests(poisson_1k)
     a, b = fast.run(), slow.run()
     assert a.iterations == b.iterations
+    assert a.preemptions == b.preemptions
     np.testing.assert_allclose(a.ttft_ms, b.ttft_ms, rtol=1e-9)
     np.testing.assert_allclose(a.e2e_ms, b.e2e_ms, rtol=1e-9)
 
@@ -230,3 +241,16 @@ def test_peek_reports_the_next_event() -> None:
     assert sim.peek() == math.inf
     sim.add_requests(trace([0.25], [4], [4]))
     assert sim.peek() == 0.25
+
+
+def test_budget_is_respected_and_every_token_is_computed_once(poisson_1k: RequestTrace) -> None:
+    server = ServerConfig(16, 512)
+    result, records = run_records(server, poisson_1k, LLAMA, replicas=2)
+    assert result.completed == len(poisson_1k)
+    assert max(r.tokens_per_iteration for r in records) <= 512
+    computed = sum(r.tokens_per_iteration * r.iterations for r in records)
+    # Prompt tokens plus one per output token except the last (never fed back).
+    assert computed == poisson_1k.input_tokens.sum() + (poisson_1k.output_tokens - 1).sum()
+    assert sum(r.emitted_tokens for r in records) == poisson_1k.output_tokens.sum()
+    assert np.all(result.ttft_ms >= LLAMA.alpha_ms)
+    assert np.all(result.e2e_ms >= result.ttft_ms)
