@@ -44,5 +44,11 @@ test-vllm: venv
 	$(PY) -m bench.real_vllm.prepare
 	$(PY) -m pytest -m vllm tests/vllm -q
 
+# The sweep on a real vLLM, then the fit and its report in bench/results/ (about 20 min).
+validate-vllm: venv
+	$(PY) -m bench.real_vllm.prepare
+	$(PY) -m bench.real_vllm.sweep
+	$(PY) -m bench.real_vllm.report
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

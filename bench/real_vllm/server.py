@@ -42,6 +42,8 @@ class ServerOptions:
 
     max_num_seqs: int = 32
     max_model_len: int = 2048
+    # Set explicitly (not vLLM's platform default) so the queueing model's M matches the engine.
+    max_num_batched_tokens: int = 2048
     kv_cache_space_gib: int = 1
     num_gpu_blocks_override: int | None = None
     port: int | None = None
@@ -83,6 +85,7 @@ def server_command(model_dir: Path, port: int, options: ServerOptions) -> list[s
         "--port", str(port),
         "--max-num-seqs", str(options.max_num_seqs),
         "--max-model-len", str(options.max_model_len),
+        "--max-num-batched-tokens", str(options.max_num_batched_tokens),
         "--dtype", "float32",
         # Every prompt token must be computed: a cache hit would hide the per-token cost (beta).
         "--no-enable-prefix-caching",

@@ -1,0 +1,299 @@
+"""Fit (alpha, beta, gamma) to the real-vLLM sweep; held-out prediction, plot, report. Issue 9.
+
+Reads `bench/results/real_vllm_sweep.json` (from `bench.real_vllm.sweep`). Each point's
+observation is the collector's: arrival rate, token means, TTFT and token-weighted ITL from
+vLLM's own histograms. Points whose backlog grew (saturated, tuner spec §8) are left out of every
+fit. Three fits: all shapes (in-sample), and two held-out folds that each fit half the shapes in
+a checkerboard over (input, output) and predict the other half with the queueing model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.real_vllm.sweep import INPUT_LENGTHS, OUTPUT_LENGTHS, RESULTS_DIR, SWEEP_JSON
+from model import FitResult, Observation, ServerConfig, ServiceParams, fit
+from model.analyzer import analyze_points
+
+FIT_JSON = RESULTS_DIR / "real_vllm_fit.json"
+REPORT_MD = RESULTS_DIR / "real_vllm.md"
+PLOT_PNG = RESULTS_DIR / "real_vllm_fit.png"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FoldResult:
+    """One fit (on `train`) and the model's TTFT and ITL (ms) at every sweep point."""
+
+    name: str
+    fit: FitResult
+    train: tuple[int, ...]
+    test: tuple[int, ...]
+    ttft_pred_ms: tuple[float, ...]
+    itl_pred_ms: tuple[float, ...]
+
+
+def observations(points: list[dict[str, Any]], max_batch: int) -> list[Observation | None]:
+    """The tuner's view of each point; None where the window has no latency."""
+    out: list[Observation | None] = []
+    for p in points:
+        o = p["observation"]
+        if o["ttft_ms"] is None or o["itl_ms"] is None or o["arrival_rate_rps"] <= 0:
+            out.append(None)
+            continue
+        out.append(Observation(
+            rate_rps=o["arrival_rate_rps"], avg_input_tokens=o["avg_input_tokens"],
+            avg_output_tokens=o["avg_output_tokens"], ttft_ms=o["ttft_ms"], itl_ms=o["itl_ms"],
+            max_batch_size=max_batch, queue_growing=o["queue_growing"],
+        ))
+    return out
+
+
+def predict(params: ServiceParams, server: ServerConfig,
+            obs: list[Observation | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Model TTFT and ITL (ms) at every point's observed rate and shape; NaN where unobserved."""
+    ttft = np.full(len(obs), np.nan)
+    itl = np.full(len(obs), np.nan)
+    idx = [i for i, o in enumerate(obs) if o is not None]
+    if idx:
+        chosen = [obs[i] for i in idx]
+        analysis = analyze_points(
+            params, server,
+            np.array([o.avg_input_tokens for o in chosen if o is not None]),
+            np.array([o.avg_output_tokens for o in chosen if o is not None]),
+            np.array([o.rate_rps for o in chosen if o is not None]),
+        )
+        ttft[idx] = np.asarray(analysis.ttft_ms, dtype=float)
+        itl[idx] = np.asarray(analysis.itl_ms, dtype=float)
+    return ttft, itl
+
+
+Shape = tuple[int, int]
+
+
+def checkerboard(shapes: list[Shape]) -> tuple[set[Shape], set[Shape]]:
+    """Half the (input, output) grid as in a checkerboard, and the other half."""
+    first = {s for s in shapes
+             if (INPUT_LENGTHS.index(s[0]) + OUTPUT_LENGTHS.index(s[1])) % 2 == 0}
+    return first, set(shapes) - first
+
+
+def run_fold(name: str, train: list[int], test: list[int], obs: list[Observation | None],
+             server: ServerConfig) -> FoldResult:
+    """Fit on the train points, predict every point."""
+    result = fit([o for i in train if (o := obs[i]) is not None], server)
+    ttft, itl = predict(result.params, server, obs)
+    return FoldResult(name=name, fit=result, train=tuple(train), test=tuple(test),
+                      ttft_pred_ms=tuple(float(v) for v in ttft),
+                      itl_pred_ms=tuple(float(v) for v in itl))
+
+
+def errors(
+    fold: FoldResult, which: tuple[int, ...], obs: list[Observation | None]
+) -> dict[str, Any]:
+    """Mean and median |pred - meas| / meas of TTFT and ITL over the given points."""
+    rows = [i for i in which if obs[i] is not None]
+    out: dict[str, Any] = {"points": len(rows)}
+    for metric, pred in (("ttft", fold.ttft_pred_ms), ("itl", fold.itl_pred_ms)):
+        meas = np.array([getattr(obs[i], f"{metric}_ms") for i in rows])
+        rel = np.abs(np.array([pred[i] for i in rows]) - meas) / meas
+        finite = rel[np.isfinite(rel)]
+        out[metric] = {
+            "mean_abs_rel": float(finite.mean()) if finite.size else None,
+            "median_abs_rel": float(np.median(finite)) if finite.size else None,
+            "unstable_predictions": int(rel.size - finite.size),
+        }
+    return out
+
+
+def plot(path: Path, folds: list[FoldResult], obs: list[Observation | None]) -> None:
+    """Predicted vs measured TTFT and ITL: in-sample fit, and each point held out once."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, metric in zip(axes, ("ttft", "itl"), strict=True):
+        for fold, marker, label in ((folds[0], "o", "in-sample (all shapes)"),
+                                    (None, "x", "held out (other half's fit)")):
+            xs, ys = [], []
+            for i, o in enumerate(obs):
+                if o is None or o.queue_growing:
+                    continue
+                source = fold or next(f for f in folds[1:] if i in f.test)
+                xs.append(getattr(o, f"{metric}_ms"))
+                ys.append((source.ttft_pred_ms if metric == "ttft" else source.itl_pred_ms)[i])
+            ax.scatter(xs, ys, marker=marker, label=label)
+        finite = [v for o in obs if o is not None for v in (getattr(o, f"{metric}_ms"),)]
+        lo, hi = min(finite) / 1.5, max(finite) * 1.5
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               xlabel=f"measured {metric.upper()} (ms, vLLM /metrics)",
+               ylabel=f"predicted {metric.upper()} (ms)", title=metric.upper())
+        ax.legend()
+    fig.suptitle("Queueing model vs a real vLLM (CPU build, tiny Llama)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: fit, predict, write the plot, JSON and Markdown report."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sweep", type=Path, default=SWEEP_JSON)
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    sweep = json.loads(args.sweep.read_text())
+    points: list[dict[str, Any]] = sweep["points"]
+    options = sweep["meta"]["server"]
+    server = ServerConfig(max_batch_size=options["max_num_seqs"],
+                          max_num_batched_tokens=options["max_num_batched_tokens"])
+    obs = observations(points, options["max_num_seqs"])
+    usable = [i for i, o in enumerate(obs) if o is not None and not o.queue_growing]
+    shape_of = [(p["shape"]["input_tokens"], p["shape"]["output_tokens"]) for p in points]
+    half_a, half_b = checkerboard(sorted(set(shape_of)))
+    in_a = [i for i in usable if shape_of[i] in half_a]
+    in_b = [i for i in usable if shape_of[i] in half_b]
+    folds = [run_fold("all shapes", usable, [], obs, server)]
+    if in_a and in_b:
+        folds += [run_fold("fit half A, predict half B", in_a, in_b, obs, server),
+                  run_fold("fit half B, predict half A", in_b, in_a, obs, server)]
+    summary = {
+        "in_sample": errors(folds[0], tuple(usable), obs),
+        "held_out": {f.name: errors(f, f.test, obs) for f in folds[1:]},
+        "held_out_pooled": errors_pooled(folds[1:], obs) if len(folds) > 1 else None,
+        "excluded_saturated": [i for i, o in enumerate(obs) if o is not None and o.queue_growing],
+    }
+    document = {
+        "sweep_meta": sweep["meta"],
+        "fits": [{"name": f.name, "fit": f.fit.to_dict(), "train": f.train, "test": f.test,
+                  "ttft_pred_ms": _json_floats(f.ttft_pred_ms),
+                  "itl_pred_ms": _json_floats(f.itl_pred_ms)} for f in folds],
+        "errors": summary,
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / FIT_JSON.name).write_text(json.dumps(document, indent=2) + "\n")
+    plot(args.out_dir / PLOT_PNG.name, folds, obs)
+    (args.out_dir / REPORT_MD.name).write_text(markdown(sweep, folds, obs, summary, shape_of))
+    print(f"alpha {folds[0].fit.params.alpha_ms:.3f} ms, beta {folds[0].fit.params.beta_ms:.3g} ms,"
+          f" gamma {folds[0].fit.params.gamma_ms:.3g} ms; in-sample TTFT/ITL error "
+          f"{_pct(summary['in_sample']['ttft']['mean_abs_rel'])}/"
+          f"{_pct(summary['in_sample']['itl']['mean_abs_rel'])}")
+    print(f"wrote {args.out_dir / REPORT_MD.name}, {FIT_JSON.name}, {PLOT_PNG.name}")
+    return 0
+
+
+def errors_pooled(folds: list[FoldResult], obs: list[Observation | None]) -> dict[str, Any]:
+    """Held-out errors with every point predicted by the fold that did not fit it."""
+    out: dict[str, Any] = {}
+    for metric in ("ttft", "itl"):
+        rel = []
+        for fold in folds:
+            pred = fold.ttft_pred_ms if metric == "ttft" else fold.itl_pred_ms
+            for i in fold.test:
+                o = obs[i]
+                if o is not None:
+                    meas = getattr(o, f"{metric}_ms")
+                    rel.append(abs(pred[i] - meas) / meas)
+        arr = np.array(rel)
+        finite = arr[np.isfinite(arr)]
+        out[metric] = {"mean_abs_rel": float(finite.mean()) if finite.size else None,
+                       "median_abs_rel": float(np.median(finite)) if finite.size else None,
+                       "unstable_predictions": int(arr.size - finite.size)}
+    return out
+
+
+def markdown(sweep: dict[str, Any], folds: list[FoldResult], obs: list[Observation | None],
+             summary: dict[str, Any], shape_of: list[tuple[int, int]]) -> str:
+    """The short human report."""
+    meta = sweep["meta"]
+    model, server = meta["model"], meta["server"]
+    p = folds[0].fit.params
+    lines = [
+        "# vllm-sizer against a real vLLM (CPU build)",
+        "",
+        f"Generated by `make validate-vllm` (`bench/real_vllm/`). Engine: {meta['vllm']}, "
+        f"{meta['cpus']} CPUs shared with other work; model: random-weight Llama, "
+        f"{model['parameters'] / 1e6:.1f} M parameters (hidden {model['hidden_size']}, "
+        f"{model['layers']} layers), float32; max_num_seqs {server['max_num_seqs']}, "
+        f"max_num_batched_tokens {server['max_num_batched_tokens']}, prefix caching off.",
+        "",
+        f"- virtualenv install: {meta['venv_install_s']:.0f} s"
+        f"{' (cached this run)' if meta['venv_cached'] else ''}; server startup: "
+        f"{meta['server_startup_s']:.0f} s; sweep wall time: {meta['sweep_wall_s'] / 60:.1f} min.",
+        "- Observations: our collector (`ScrapeSource` + `observe_deployment`) over vLLM's own "
+        "/metrics; rate = the collector's arrival estimate, ITL = token-weighted "
+        "`inter_token_latency_seconds`.",
+        "",
+        "## Fitted parameters (all shapes)",
+        "",
+        "| alpha (ms) | beta (ms/token) | gamma (ms/KV token) | status | identified (a, b, g) |",
+        "|---|---|---|---|---|",
+        f"| {p.alpha_ms:.3f} | {p.beta_ms:.3g} | {p.gamma_ms:.3g} | {folds[0].fit.status} | "
+        f"{', '.join('yes' if f else 'no' for f in folds[0].fit.identified)} |",
+        "",
+        "## Errors (mean |pred - meas| / meas)",
+        "",
+        "| set | points | TTFT | ITL |",
+        "|---|---|---|---|",
+        _error_row("in-sample", summary["in_sample"]),
+    ]
+    for name, err in summary["held_out"].items():
+        lines.append(_error_row(f"held out: {name}", err))
+    if summary["held_out_pooled"]:
+        pooled = summary["held_out_pooled"]
+        lines.append(f"| held out, pooled | | {_pct(pooled['ttft']['mean_abs_rel'])} | "
+                     f"{_pct(pooled['itl']['mean_abs_rel'])} |")
+    for f in folds[1:]:
+        q = f.fit.params
+        lines.append("")
+        lines.append(f"- {f.name}: alpha {q.alpha_ms:.3f}, beta {q.beta_ms:.3g}, "
+                     f"gamma {q.gamma_ms:.3g} ({f.fit.status})")
+    lines += ["", "## Shapes", "", "| input | output | single TTFT (ms) | single TPOT (ms) | "
+              "burst saturation (req/s) |", "|---|---|---|---|---|"]
+    for probe in sweep["probes"]:
+        s = probe["shape"]
+        lines.append(f"| {s['input_tokens']} | {s['output_tokens']} | "
+                     f"{probe['single_ttft_ms']:.1f} | {probe['single_tpot_ms']:.2f} | "
+                     f"{probe['saturation_rps']:.2f} |")
+    lines += ["", "## Points", "",
+              "| input | output | load | rate (req/s) | running | TTFT meas / pred (ms) | "
+              "ITL meas / pred (ms) | note |", "|---|---|---|---|---|---|---|---|"]
+    for i, point in enumerate(sweep["points"]):
+        o = point["observation"]
+        note = "saturated, not fitted" if o["queue_growing"] else ""
+        lines.append(
+            f"| {shape_of[i][0]} | {shape_of[i][1]} | {point['rate_fraction']:.0%} | "
+            f"{o['arrival_rate_rps']:.2f} | {_num(o['avg_running'], 1)} | "
+            f"{_num(o['ttft_ms'], 1)} / {_num(folds[0].ttft_pred_ms[i], 1)} | "
+            f"{_num(o['itl_ms'], 2)} / {_num(folds[0].itl_pred_ms[i], 2)} | {note} |")
+    lines += ["", f"![predicted vs measured]({PLOT_PNG.name})", ""]
+    return "\n".join(lines)
+
+
+def _error_row(name: str, err: dict[str, Any]) -> str:
+    return (f"| {name} | {err['points']} | {_pct(err['ttft']['mean_abs_rel'])} | "
+            f"{_pct(err['itl']['mean_abs_rel'])} |")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _json_floats(values: tuple[float, ...]) -> list[float | None]:
+    return [v if np.isfinite(v) else None for v in values]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
