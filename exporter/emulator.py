@@ -39,14 +39,12 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
 from types import TracebackType
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import numpy as np
-from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from exporter.clock import Clock, SystemClock
+from exporter.emulator_endpoint import ReplicaEndpoint
 from exporter.emulator_metrics import ReplicaMetrics
 from model.params import ServerConfig, ServiceParams
 from model.replica import ReplicaState
@@ -62,15 +60,6 @@ DEFAULT_TICK_S = 0.05
 MAX_JUMP_S = 0.1  # simulated: decode runs are split so counters move smoothly
 BEHIND_LOG_PERIOD_S = 10.0
 _SERVING = (ReplicaState.READY, ReplicaState.DRAINING)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        """Access logs would drown the emulator's own log."""
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,17 +101,6 @@ class SimClock:
 
     def monotonic(self) -> float:
         return self._fleet.sim_time_s
-
-
-class _Served:
-    """One replica's registry and, while it serves, its HTTP server."""
-
-    def __init__(self, metrics: ReplicaMetrics) -> None:
-        self.metrics = metrics
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(metrics)
-        self.httpd: _ThreadingServer | None = None
-        self.url: str | None = None
 
 
 class EmulatedFleet:
@@ -177,7 +155,7 @@ class EmulatedFleet:
             record_iterations=True,
         )
         self._lock = threading.RLock()  # the simulator, the stream and the served map
-        self._served: dict[int, _Served] = {}
+        self._served: dict[int, ReplicaEndpoint] = {}
         self._urls: tuple[str, ...] = ()
         self._reject_cursor = 0
         self._start_mono: float | None = None
@@ -213,7 +191,7 @@ class EmulatedFleet:
             self._thread = None
         with self._lock:
             for served in self._served.values():
-                self._stop_server(served)
+                served.stop()
             self._urls = ()
 
     def __enter__(self) -> EmulatedFleet:
@@ -357,7 +335,7 @@ class EmulatedFleet:
         self._refresh_replicas()
 
     def _refresh_replicas(self) -> None:
-        """Publish gauges; start servers of replicas that became ready, stop removed ones."""
+        """Publish gauges; serve replicas that became ready, stop removed ones."""
         changed = False
         for status in self._sim.replica_status():
             served = self._served_for(status.index)
@@ -366,18 +344,17 @@ class EmulatedFleet:
                 waiting=status.waiting,
                 kv_usage_ratio=status.kv_tokens / self._kv_cap,
             )
-            if status.state in _SERVING and served.url is None:  # started once, never restarted
-                self._start_server(status.index, served)
+            if status.state in _SERVING and served.url is None:  # served once, never restarted
+                port = 0 if self._base_port is None else self._base_port + status.index
+                served.serve(self._host, port, f"emulated-replica-{status.index}")
                 changed = True
-            elif status.state is ReplicaState.REMOVED and served.httpd is not None:
-                self._stop_server(served)
+            elif status.state is ReplicaState.REMOVED and served.serving:
+                served.stop()
                 changed = True
         if changed:
-            self._urls = tuple(
-                s.url for s in self._served.values() if s.httpd is not None and s.url is not None
-            )
+            self._urls = tuple(s.url for s in self._served.values() if s.serving and s.url)
 
-    def _served_for(self, index: int) -> _Served:
+    def _served_for(self, index: int) -> ReplicaEndpoint:
         served = self._served.get(index)
         if served is None:
             metrics = ReplicaMetrics(
@@ -386,30 +363,8 @@ class EmulatedFleet:
                 kv_capacity_tokens=self._kv_cap,
                 created_s=self.start_unix_s + self._sim.now_s,
             )
-            served = self._served[index] = _Served(metrics)
+            served = self._served[index] = ReplicaEndpoint(metrics)
         return served
-
-    def _start_server(self, index: int, served: _Served) -> None:
-        port = 0 if self._base_port is None else self._base_port + index
-        httpd = make_server(
-            self._host, port, make_wsgi_app(served.registry), _ThreadingServer,
-            handler_class=_QuietHandler,
-        )
-        threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"vllm-emulator-http-{index}", daemon=True,
-        ).start()
-        served.httpd = httpd
-        served.url = f"http://{self._host}:{httpd.server_port}/metrics"
-        logger.info("emulated replica %d serving %s", index, served.url)
-
-    @staticmethod
-    def _stop_server(served: _Served) -> None:
-        if served.httpd is None:
-            return
-        served.httpd.shutdown()
-        served.httpd.server_close()
-        served.httpd = None
 
 
 def _mean(values: np.ndarray) -> float:

@@ -12,8 +12,9 @@ family set as the real one.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import NDArray
@@ -139,7 +140,7 @@ _HISTOGRAMS = (
      "Histogram of new KV tokens computed during prefill (excluding cached tokens).", "tokens"),
 )
 # vLLM's CacheConfig fields as exported by cache_config_info (0.32); sizes are filled in.
-_CACHE_CONFIG_DEFAULTS = {
+_CACHE_CONFIG_DEFAULTS: Mapping[str, str] = MappingProxyType({
     "_block_size_resolved": "True", "cache_dtype": "auto", "cache_hit_alignment_tokens": "None",
     "enable_mamba_shared_prefix_checkpoint": "False", "enable_prefix_caching": "False",
     "gpu_memory_utilization": "0.9", "hash_block_size": "None", "is_attention_free": "False",
@@ -152,8 +153,8 @@ _CACHE_CONFIG_DEFAULTS = {
     "prefix_match_unit": "None", "replayssm_buffer_len": "16", "skip_page_size_padded": "None",
     "sliding_window": "None", "swa_bounded_replay": "True", "use_kda_recoverssm": "False",
     "use_replayssm": "False", "user_specified_block_size": "False",
-}
-_HELP = {
+})
+_HELP: Mapping[str, str] = MappingProxyType({
     "vllm:num_requests_running": "Number of requests in model execution batches.",
     "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
     "vllm:num_requests_waiting_by_reason": "Number of waiting requests by reason. Reason labels: "
@@ -178,7 +179,7 @@ _HELP = {
     "reason.",
     "vllm:cache_config_info": "Information of the LLMEngine CacheConfig",
     PROCESS_START_METRIC: "Start time of the process since unix epoch in seconds.",
-}
+})
 _KV_BYTES_PER_TOKEN = 131072  # Llama-3.1-8B in BF16 (paper §VI): only fills a label
 
 
