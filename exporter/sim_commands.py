@@ -114,7 +114,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         print(f"vllm-sizer simulate: {exc}", file=sys.stderr)
         return 2
     rows: list[RateRow] = []
-    print(f"{'load':>14} {'done':>7} | TTFT ms: {'mean':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
+    print(f"{'load':>14} {'reqs':>7} | TTFT ms: {'mean':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
           f"| ITL ms: {'mean':>7} {'p50':>7} {'p90':>7} {'p99':>7} | wall s")
     for label, profile, duration_s in loads:
         began = time.perf_counter()
