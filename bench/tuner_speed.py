@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,14 +40,23 @@ from model import (  # noqa: E402
 )
 from model.analyzer import analyze_points  # noqa: E402
 
+
+class PaperRow(NamedTuple):
+    """One row of paper Table I: alpha, beta, gamma (ms), ITL and TTFT error (fractions)."""
+
+    params: tuple[float, float, float]
+    itl_error: float
+    ttft_error: float
+
+
 SHARED_DIR = Path(os.environ.get("VLLM_SIZER_SHARED", REPO_ROOT.parent / "shared"))
 GRID_CSV = SHARED_DIR / "data" / "paper-grid" / "h100-grid.csv"
 RESULTS = REPO_ROOT / "bench" / "results"
 SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192)
 # Paper Table I (the grid README): alpha, beta, gamma (ms), ITL and TTFT error (fractions).
-TABLE_ONE = {
-    "Llama-3.1-8B": {"params": (6.68, 2.01e-2, 5.52e-5), "itl_error": 0.046, "ttft_error": 0.136},
-    "Qwen2.5-14B": {"params": (10.14, 3.68e-2, 8.48e-5), "itl_error": 0.079, "ttft_error": 0.158},
+TABLE_ONE: dict[str, PaperRow] = {
+    "Llama-3.1-8B": PaperRow((6.68, 2.01e-2, 5.52e-5), itl_error=0.046, ttft_error=0.136),
+    "Qwen2.5-14B": PaperRow((10.14, 3.68e-2, 8.48e-5), itl_error=0.079, ttft_error=0.158),
 }
 GOAL_REFIT_S = 0.020
 GOAL_OFFLINE_S = 1.0
@@ -136,22 +145,20 @@ def offline() -> dict[str, Any]:
             "trust_region": summary(tr, tr_s, tr_n),
             "nelder_mead": summary(nm, nm_s, nm_n),
             "paper": {
-                "params": dict(
-                    zip(("alpha_ms", "beta_ms", "gamma_ms"), paper["params"], strict=True)
-                ),
-                "itl_error": paper["itl_error"],
-                "ttft_error": paper["ttft_error"],
+                "params": dict(zip(("alpha_ms", "beta_ms", "gamma_ms"), paper.params, strict=True)),
+                "itl_error": paper.itl_error,
+                "ttft_error": paper.ttft_error,
             },
-            "param_rel_diff_vs_paper": (ours / np.array(paper["params"]) - 1.0).tolist(),
-            "itl_error_diff_pp": 100 * (tr.itl_error.mean_ratio - paper["itl_error"]),
-            "ttft_error_diff_pp": 100 * (tr.ttft_error.mean_ratio - paper["ttft_error"]),
+            "param_rel_diff_vs_paper": (ours / np.array(paper.params) - 1.0).tolist(),
+            "itl_error_diff_pp": 100 * (tr.itl_error.mean_ratio - paper.itl_error),
+            "ttft_error_diff_pp": 100 * (tr.ttft_error.mean_ratio - paper.ttft_error),
         }
     return out
 
 
 def tuner_refits(cycles: int = 60) -> dict[str, Any]:
     """Steady-state `Tuner.update` on a synthetic stream: one 10-point refit per cycle."""
-    truth = ServiceParams(*TABLE_ONE["Llama-3.1-8B"]["params"])  # type: ignore[arg-type]
+    truth = ServiceParams(*TABLE_ONE["Llama-3.1-8B"].params)
     rng = np.random.default_rng(7)
     stream = synthetic_stream(truth, cycles + 10, rng)
     tuner = Tuner(SERVER)
@@ -200,7 +207,7 @@ def grid_window_refits(windows: int = 30) -> dict[str, Any]:
 
 
 def main() -> None:
-    results = {
+    results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count()},
         "goals": {"refit_s": GOAL_REFIT_S, "offline_112_s": GOAL_OFFLINE_S},
         "offline": offline(),
@@ -222,7 +229,7 @@ def main() -> None:
                 f"{100 * r['itl_error']:6.2f} {100 * r['ttft_error']:6.2f}"
             )
         paper = row["paper"]
-        pp = paper["params"]
+        pp = paper.params
         print(
             f"{name:14} {'paper':13} {'':>7} {'':>5} {pp['alpha_ms']:8.3f} "
             f"{pp['beta_ms']:9.3e} {pp['gamma_ms']:9.3e} {100 * paper['itl_error']:6.2f} "

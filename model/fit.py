@@ -250,7 +250,7 @@ def _stable_start(problem: FitProblem, start: ServiceParams) -> FloatArray:
     """log(start), scaled down so that no observation is overloaded: the iteration time is
     homogeneous of degree 1 in (alpha, beta, gamma), so scaling all three by f scales every
     saturation rate by 1 / f."""
-    x = np.clip(np.log(np.array(start.as_tuple())), LOG_LOWER, LOG_UPPER)
+    x: FloatArray = np.clip(np.log(np.array(start.as_tuple())), LOG_LOWER, LOG_UPPER)
     for _ in range(3):  # one pass is exact for the paper variant; others may need another
         _, load = problem.relative_errors(params_from_log(x))
         worst = float(np.max(load))

@@ -122,7 +122,8 @@ class FitProblem:
         errors, load = self.relative_errors(params_from_log(x))
         penalty = UNSTABLE_RESIDUAL * load[:, np.newaxis]
         errors = np.where(np.isfinite(errors), errors, penalty)
-        return (errors * self.sqrt_weight[:, np.newaxis]).T.reshape(-1)
+        weighted: FloatArray = (errors * self.sqrt_weight[:, np.newaxis]).T.reshape(-1)
+        return weighted
 
     def jacobian(self, x: FloatArray) -> FloatArray:
         """Central-difference Jacobian of `residuals` in log-parameters (spec §10.1)."""

@@ -377,12 +377,11 @@ class Tuner:
 
 
 def _params_or_none(data: Mapping[str, float] | None) -> ServiceParams | None:
-    return None if data is None else ServiceParams.from_dict(data)  # type: ignore[arg-type]
+    return None if data is None else ServiceParams.from_dict(dict(data))
 
 
 def _enum(cls: type[_E], name: str, value: object) -> _E:
-    try:
+    if isinstance(value, str) and value in {member.value for member in cls}:
         return cls(value)
-    except ValueError as exc:
-        allowed = ", ".join(repr(v.value) for v in cls)
-        raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}") from exc
+    allowed = ", ".join(repr(member.value) for member in cls)
+    raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")

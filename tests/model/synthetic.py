@@ -62,4 +62,6 @@ def stream_points(count: int, rng: np.random.Generator) -> list[tuple[float, flo
 
 def relative_errors(actual: ServiceParams, expected: ServiceParams) -> np.ndarray:
     """|actual / expected - 1| per parameter."""
-    return np.abs(np.array(actual.as_tuple()) / np.array(expected.as_tuple()) - 1.0)
+    ratio = np.array(actual.as_tuple()) / np.array(expected.as_tuple())
+    errors: np.ndarray = np.abs(ratio - 1.0)
+    return errors

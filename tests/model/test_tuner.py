@@ -17,7 +17,7 @@ from model import (
     TunerReason,
     TunerState,
 )
-from model.analyzer import analyze
+from model.analyzer import analyze, analyze_points
 from model.params import Workload
 from tests.model.synthetic import grid_points, observations, relative_errors, stream_points
 
@@ -270,3 +270,37 @@ def test_refit_is_cheap(clean_stream: list[Observation]) -> None:
     tuner = fed(clean_stream)
     status = tuner.update(clean_stream[0])
     assert status.fit is not None and status.fit.nfev < 60
+
+
+def test_scenarios_d6_d7_recovery_and_outlier_rejection() -> None:
+    truth = ServiceParams(16.78, 0.073, 0.00228)  # T1 of test-scenarios.md
+    server = ServerConfig(max_batch_size=64)
+    points = [(10, 90, 670), (15, 120, 900), (20, 150, 1100), (12, 100, 750)]
+    rate = np.array([p[0] for p in points]) / 60.0
+    n = np.array([p[1] for p in points], dtype=float)
+    m = np.array([p[2] for p in points], dtype=float)
+    out = analyze_points(truth, server, n, m, rate)
+    clean = [
+        Observation(
+            rate_rps=float(rate[k]),
+            avg_input_tokens=float(n[k]),
+            avg_output_tokens=float(m[k]),
+            ttft_ms=float(out.ttft_ms[k]),
+            itl_ms=float(out.itl_ms[k]),
+        )
+        for k in range(4)
+    ]
+    outlier = Observation(
+        rate_rps=10 / 60, avg_input_tokens=90, avg_output_tokens=670, ttft_ms=500, itl_ms=5
+    )
+    d6 = Tuner(server, window_size=4, min_observations=1)
+    d7 = Tuner(server, window_size=5, min_observations=1)
+    for obs in clean:
+        d6.update(obs)
+        d7.update(obs)
+    status = d7.update(outlier)
+    assert d6.last_fit is not None and np.all(relative_errors(d6.last_fit.params, truth) < 0.10)
+    assert status.dropped_outlier is outlier and len(d7.window) == 5  # J8: it stays
+    assert status.fit is not None and np.all(relative_errors(status.fit.params, truth) < 0.15)
+    # Four nearby shapes pin beta only to about +-25 % at 5 % noise: the tuner does not publish.
+    assert status.fit.identified == (True, False, True) and d7.state is TunerState.WARMING
