@@ -40,8 +40,10 @@ import math
 import threading
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from exporter.clock import Clock, SystemClock
 from exporter.emulator_endpoint import ReplicaEndpoint
@@ -367,5 +369,5 @@ class EmulatedFleet:
         return served
 
 
-def _mean(values: np.ndarray) -> float:
+def _mean(values: NDArray[Any]) -> float:
     return float(np.mean(values)) if values.size else math.nan

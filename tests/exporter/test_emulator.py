@@ -185,6 +185,30 @@ def test_replicas_come_up_after_the_delay_and_drain_away(manual) -> None:  # typ
         requests.get(third, timeout=2)
 
 
+def test_kv_gauges_and_cache_config_describe_the_capacity(manual) -> None:  # type: ignore[no-untyped-def]
+    fleet, clock = manual
+    advance(fleet, clock, 20)
+    fams = scrape(fleet.urls[0])
+    (_, labels, _), = fams["vllm:cache_config_info"][1]
+    assert int(labels["num_gpu_blocks"]) * int(labels["block_size"]) == 449_200
+    status = fleet.replica_status()[0]
+    assert value(fams, "vllm:kv_cache_usage_perc") == pytest.approx(status.kv_tokens / 449_200)
+    assert value(fams, "vllm:num_requests_waiting") == status.waiting
+
+
+def test_same_seed_same_counters() -> None:
+    totals = []
+    for _ in range(2):
+        clock = ManualClock()
+        fleet = EmulatedFleet(LLAMA, rng=np.random.default_rng(9), arrivals=8.0, clock=clock,
+                              replicas=2)
+        fleet.start(background=False)
+        advance(fleet, clock, 15)
+        totals.append([value(scrape(u), "vllm:generation_tokens_total") for u in fleet.urls])
+        fleet.stop()
+    assert totals[0] == totals[1] and sum(totals[0]) > 0
+
+
 def test_profile_drives_the_arrival_rate(manual) -> None:  # type: ignore[no-untyped-def]
     fleet, clock = manual
     fleet.set_profile(RateProfile.constant(20.0))

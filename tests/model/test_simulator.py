@@ -91,6 +91,16 @@ def test_priority_order_is_ready_then_arrival_then_iteration_end() -> None:
     assert Priority.REPLICA_READY < Priority.ARRIVAL < Priority.ITERATION_END
 
 
+def test_a_replica_ready_at_an_arrival_instant_can_take_it() -> None:
+    sim = Simulator(TOY, ServerConfig(4, 64), replicas=1, startup_delay_s=1.0,
+                    router=Router.LEAST_LOADED)
+    sim.set_replicas(2)  # replica 1 ready at exactly t = 1.0
+    sim.add_requests(trace([0.0, 1.0], [4, 4], [5000, 2]))
+    result = sim.run()
+    assert list(result.replica) == [0, 1]  # replica 0 is busy; the new one is idle
+    assert result.queue_ms[1] == 0.0
+
+
 def test_kv_capacity_preempts_the_newest_and_recomputes() -> None:
     # Two requests of 4 + 6 tokens each need 20 KV tokens at the end; capacity 14.
     result, records = run_records(
