@@ -229,7 +229,7 @@ def main() -> None:
                 f"{100 * r['itl_error']:6.2f} {100 * r['ttft_error']:6.2f}"
             )
         paper = row["paper"]
-        pp = paper.params
+        pp = paper["params"]
         print(
             f"{name:14} {'paper':13} {'':>7} {'':>5} {pp['alpha_ms']:8.3f} "
             f"{pp['beta_ms']:9.3e} {pp['gamma_ms']:9.3e} {100 * paper['itl_error']:6.2f} "
