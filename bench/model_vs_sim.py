@@ -64,8 +64,8 @@ class Point:
     refined_itl_ms: float
 
     def error(self, metric: str, variant: str = "model") -> float:
-        sim = getattr(self, f"sim_{metric}_ms")
-        return abs(getattr(self, f"{variant}_{metric}_ms") - sim) / sim
+        sim = float(getattr(self, f"sim_{metric}_ms"))
+        return abs(float(getattr(self, f"{variant}_{metric}_ms")) - sim) / sim
 
 
 def simulate_point(n: int, m: int, fraction: float, requests: int, seed: int) -> Point:
@@ -163,7 +163,7 @@ def main() -> None:
             sweep = [simulate_point(n, m, f, args.requests, SEED + 100 * (4 * i + j) + k)
                      for k, f in enumerate(LOAD_FRACTIONS)]
             points.extend(sweep)
-            row = {"input_tokens": n, "output_tokens": m}
+            row: dict[str, float | int] = {"input_tokens": n, "output_tokens": m}
             for variant in ("model", "refined"):
                 for metric in ("ttft", "itl"):
                     row[f"{variant}_{metric}_error"] = float(

@@ -11,6 +11,7 @@ family set as the real one.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
@@ -19,7 +20,6 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 from prometheus_client.metrics_core import Metric
-from prometheus_client.utils import floatToGoString
 
 from model.replica import IterationRecord
 from model.request_table import RequestTable
@@ -346,7 +346,7 @@ class ReplicaMetrics:
         cumulative = np.cumsum(hist.counts)
         bounds = [*hist.bounds.tolist(), float("inf")]
         for bound, count in zip(bounds, cumulative.tolist(), strict=True):
-            labels = self._labels | {"le": floatToGoString(bound)}
+            labels = self._labels | {"le": "+Inf" if math.isinf(bound) else repr(bound)}
             metric.add_sample(name + "_bucket", labels, count)
         metric.add_sample(name + "_count", self._labels, float(cumulative[-1]))
         metric.add_sample(name + "_sum", self._labels, hist.total)
