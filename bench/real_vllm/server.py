@@ -8,6 +8,7 @@ core process together: no stray processes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -22,6 +23,8 @@ from pathlib import Path
 from types import FrameType
 
 from bench.real_vllm.vllm_env import WORK_DIR, venv_python
+
+logger = logging.getLogger(__name__)
 
 MODEL_DIR = WORK_DIR / "model"
 LOG_DIR = WORK_DIR / "logs"
@@ -172,20 +175,22 @@ def _serves_model(base_url: str) -> bool:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+    """SIGTERM to the whole group, a grace period, then SIGKILL to whatever is left of it."""
+    _signal_group(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=STOP_GRACE_S)
     except subprocess.TimeoutExpired:
-        pass
+        logger.warning("vLLM pid %d ignored SIGTERM for %.0f s; killing", process.pid, STOP_GRACE_S)
     # The engine core may outlive the API server; the group kill reaches it either way.
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    _signal_group(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        logger.debug("process group %d already gone", pgid)
 
 
 def _tail(path: Path, lines: int = 40) -> str:

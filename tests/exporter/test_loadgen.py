@@ -20,7 +20,8 @@ from exporter.loadgen import (
     run_load,
 )
 
-pytestmark = pytest.mark.integration
+# Tests that talk HTTP to the fake server on loopback carry the integration marker (style §7).
+loopback = pytest.mark.integration
 
 
 @dataclass
@@ -103,6 +104,7 @@ def run(fake: FakeServer, rng: np.random.Generator, **overrides: object):  # noq
     return asyncio.run(go())
 
 
+@loopback
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "until-close"])
 def test_counts_tokens_and_latencies(chunked: bool, rng: np.random.Generator) -> None:
     fake = FakeServer(chunked=chunked)
@@ -113,13 +115,17 @@ def test_counts_tokens_and_latencies(chunked: bool, rng: np.random.Generator) ->
     assert result.output_tokens_total == 5 * result.sent
     for record in result.records:
         assert record.ttft_ms is not None and record.ttft_ms > 0
-        assert len(record.itl_ms) == 4
-        assert all(gap >= 1.0 for gap in record.itl_ms)  # 2 ms apart, give or take the loop
-        assert record.tpot_ms is not None and record.tpot_ms >= 1.0
+        assert len(record.itl_ms) == 4 and min(record.itl_ms) >= 0
+        assert record.ttft_ms + sum(record.itl_ms) <= record.e2e_ms + 1e-6
+        assert record.tpot_ms is not None and record.tpot_ms > 0
         assert record.send_s < record.end_s
+    # Chunks leave the server 2 ms apart; a busy client loop may read two at once now and
+    # then, so the typical gap, not every gap, shows the spacing.
+    assert np.median([g for r in result.records for g in r.itl_ms]) >= 1.0
     assert len(fake.bodies) == result.sent
 
 
+@loopback
 def test_payload_asks_for_exact_lengths(rng: np.random.Generator) -> None:
     fake = FakeServer()
     run(fake, rng, max_requests=1)
@@ -129,6 +135,7 @@ def test_payload_asks_for_exact_lengths(rng: np.random.Generator) -> None:
     assert isinstance(body["prompt"], list) and len(body["prompt"]) == 7
 
 
+@loopback
 def test_http_error_is_recorded_not_raised(rng: np.random.Generator) -> None:
     result = run(FakeServer(status=400), rng, max_requests=3)
     assert result.sent == 3 and result.failed == 3
@@ -136,23 +143,27 @@ def test_http_error_is_recorded_not_raised(rng: np.random.Generator) -> None:
     assert "HTTP 400" in result.records[0].message
 
 
+@loopback
 def test_stream_without_done_is_a_protocol_error(rng: np.random.Generator) -> None:
     result = run(FakeServer(send_done=False), rng, max_requests=2)
     assert {r.status for r in result.records} == {RequestStatus.PROTOCOL_ERROR}
 
 
+@loopback
 def test_slow_request_times_out(rng: np.random.Generator) -> None:
     result = run(FakeServer(token_delay_s=0.5), rng, max_requests=1, timeout_s=0.2)
     assert result.records[0].status is RequestStatus.TIMEOUT
     assert result.records[0].ttft_ms is None
 
 
+@loopback
 def test_drain_deadline_bounds_the_run(rng: np.random.Generator) -> None:
     result = run(FakeServer(token_delay_s=0.5), rng, max_requests=2, timeout_s=30.0, drain_s=0.2)
     assert result.elapsed_s < 1.0
     assert {r.status for r in result.records} == {RequestStatus.TIMEOUT}
 
 
+@loopback
 def test_refused_connection_is_recorded(rng: np.random.Generator) -> None:
     async def go():  # noqa: ANN202
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
 
-from bench.real_vllm.server import MODEL_DIR, RunningServer, ServerOptions, vllm_server
+from bench.real_vllm.server import (
+    MODEL_DIR,
+    RunningServer,
+    ServerOptions,
+    stop_on_sigterm,
+    vllm_server,
+)
 from bench.real_vllm.tiny_model import STAMP_NAME
 from bench.real_vllm.vllm_env import STAMP as VENV_STAMP
 
@@ -23,3 +30,12 @@ def vllm() -> Iterator[RunningServer]:
     require_prepared()
     with vllm_server(ServerOptions(), log_name="tests") as server:
         yield server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sigterm_unwinds() -> Iterator[None]:
+    """A SIGTERM to pytest unwinds the server fixtures, so vLLM is killed with it."""
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm()
+    yield
+    signal.signal(signal.SIGTERM, previous)
