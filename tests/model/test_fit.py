@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from model import (
     FitMethod,
@@ -331,3 +333,51 @@ def test_non_finite_values_serialize_as_none(paper_fits: dict[str, FitResult]) -
     assert data["loss"] is None and data["residuals"][0] == [None, None]
     back = FitResult.from_dict(json.loads(json.dumps(data, allow_nan=False)))
     assert back.loss == math.inf and np.all(np.isinf(back.residuals[0]))
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    alpha=st.floats(1.0, 80.0),
+    beta=st.floats(1e-3, 2.0),
+    gamma=st.floats(1e-6, 1e-3),
+)
+def test_recovers_any_plausible_parameters_without_a_start(
+    alpha: float, beta: float, gamma: float
+) -> None:
+    truth = ServiceParams(alpha, beta, gamma)
+    result = fit(observations(truth, PAPER_SERVER, grid_points()), PAPER_SERVER)
+    # Noise-free, so the truth is found even where a parameter is too small to be identified
+    # under 5 % noise (e.g. beta 0.008 beside gamma 1e-3 x 1000-token contexts).
+    assert result.success
+    assert np.all(relative_errors(result.params, truth) < 1e-3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rate=st.floats(1e-6, 1e6),
+    n=st.floats(1e-3, 1e6),
+    m=st.floats(1.0, 1e6),
+    ttft=st.floats(1e-6, 1e7),
+    itl=st.floats(1e-6, 1e6),
+    batch=st.none() | st.integers(1, 4096),
+    timestamp=st.none() | st.floats(0, 4e9),
+)
+def test_any_valid_observation_round_trips(
+    rate: float,
+    n: float,
+    m: float,
+    ttft: float,
+    itl: float,
+    batch: int | None,
+    timestamp: float | None,
+) -> None:
+    obs = Observation(
+        rate_rps=rate,
+        avg_input_tokens=n,
+        avg_output_tokens=m,
+        ttft_ms=ttft,
+        itl_ms=itl,
+        max_batch_size=batch,
+        timestamp=timestamp,
+    )
+    assert Observation.from_dict(json.loads(json.dumps(obs.to_dict(), allow_nan=False))) == obs
