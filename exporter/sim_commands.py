@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from exporter.emulator import DEFAULT_KV_CAPACITY_TOKENS, EmulatedFleet
 from model.params import ServerConfig, ServiceParams
 from model.simulator import Router, Simulator
-from model.workloads import LengthDist, LengthKind, RateProfile, draw_trace
+from model.workloads import LengthDist, LengthKind, RateProfile, RequestTrace, draw_trace
 
 # Paper Table I, Llama-3.1-8B on H100 (ms).
 DEFAULT_PARAMS = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)
@@ -54,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim.add_argument("--duration-s", type=float, default=600.0, help="arrivals per rate, s")
     sim.add_argument("--warmup-s", type=float, default=60.0, help="arrivals ignored at start, s")
     sim.add_argument("--csv", type=Path, help="write the table as CSV here")
+    sim.add_argument("--trace", type=Path,
+                     help="replay requests from a CSV (arrival_s, input_tokens, output_tokens)")
     sim.set_defaults(func=_run_simulate)
     emu = subparsers.add_parser("emulate", help="serve emulated vLLM replicas on 127.0.0.1",
                                 description=_run_emulate.__doc__)
@@ -104,28 +106,20 @@ def _run_simulate(args: argparse.Namespace) -> int:
     """Simulate each load on fresh replicas and print mean and p50/p90/p99 TTFT and ITL (ms)."""
     try:
         params, server, n_in, n_out = _setup(args)
-        if args.paper_profile is not None:
-            loads = [("paper-profile", RateProfile.paper(args.paper_profile), None)]
-        else:
-            rates = [float(x) for x in str(args.rates).split(",") if x.strip()]
-            loads = [(f"{r:g}", RateProfile.constant(r, args.duration_s), args.duration_s)
-                     for r in rates]
-    except ValueError as exc:
+        loads = _loads(args, n_in, n_out)
+    except (ValueError, OSError) as exc:
         print(f"vllm-sizer simulate: {exc}", file=sys.stderr)
         return 2
     rows: list[RateRow] = []
     print(f"{'load':>14} {'reqs':>7} | TTFT ms: {'mean':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
           f"| ITL ms: {'mean':>7} {'p50':>7} {'p90':>7} {'p99':>7} | wall s")
-    for label, profile, duration_s in loads:
+    for label, trace, warmup_s in loads:
         began = time.perf_counter()
-        rng = np.random.default_rng(args.seed)
-        trace = draw_trace(profile, n_in, n_out, rng, duration_s=duration_s,
-                           cv=args.interarrival_cv)
         sim = Simulator(params, server, replicas=args.replicas, router=Router(args.router),
                         kv_capacity_tokens=args.kv_capacity_tokens)
         sim.add_requests(trace)
         res = sim.run()
-        keep = res.arrival_s >= (args.warmup_s if duration_s is not None else 0.0)
+        keep = res.arrival_s >= warmup_s
         ttft, itl = res.ttft_ms[keep], res.itl_ms[keep]
         row = RateRow(
             load=label, requests=int(keep.sum()), completed=res.completed,
@@ -144,6 +138,43 @@ def _run_simulate(args: argparse.Namespace) -> int:
             writer.writerows(asdict(r) for r in rows)
         print(f"wrote {args.csv}")
     return 0
+
+
+def _loads(
+    args: argparse.Namespace, n_in: LengthDist, n_out: LengthDist
+) -> list[tuple[str, RequestTrace, float]]:
+    """(label, requests, warm-up s) per load: a replayed trace, the paper profile, or rates."""
+    if args.trace is not None:
+        return [(args.trace.name, load_trace_csv(args.trace), 0.0)]
+    if args.paper_profile is not None:
+        profile = RateProfile.paper(args.paper_profile)
+        trace = draw_trace(profile, n_in, n_out, np.random.default_rng(args.seed),
+                           cv=args.interarrival_cv)
+        return [("paper-profile", trace, 0.0)]
+    out = []
+    for rate in (float(x) for x in str(args.rates).split(",") if x.strip()):
+        profile = RateProfile.constant(rate, args.duration_s)
+        trace = draw_trace(profile, n_in, n_out, np.random.default_rng(args.seed),
+                           duration_s=args.duration_s, cv=args.interarrival_cv)
+        out.append((f"{rate:g}", trace, float(args.warmup_s)))
+    return out
+
+
+def load_trace_csv(path: Path) -> RequestTrace:
+    """Requests from a CSV with columns arrival_s, input_tokens, output_tokens (any order of
+    rows; sorted by arrival here)."""
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    try:
+        arrival = np.array([float(r["arrival_s"]) for r in rows])
+        n_in = np.array([int(r["input_tokens"]) for r in rows], dtype=np.int64)
+        n_out = np.array([int(r["output_tokens"]) for r in rows], dtype=np.int64)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{path}: a trace needs numeric columns arrival_s, input_tokens, output_tokens ({exc})"
+        ) from exc
+    order = np.argsort(arrival, kind="stable")
+    return RequestTrace(arrival[order], n_in[order], n_out[order])
 
 
 def _summary(prefix: str, values: NDArray[np.float64]) -> dict[str, float]:

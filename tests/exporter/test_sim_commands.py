@@ -34,6 +34,20 @@ def test_simulate_prints_percentiles_and_writes_csv(
     assert float(rows[0]["itl_p50_ms"]) > 0
 
 
+def test_simulate_replays_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0.5,100,10\n0.0,200,20\n")
+    out = tmp_path / "out.csv"
+    assert run(["simulate", "--trace", str(trace), "--csv", str(out)]) == 0
+    with out.open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert (row["load"], row["requests"], row["completed"]) == ("trace.csv", "2", "2")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,input_tokens\n0.0,5\n")
+    assert run(["simulate", "--trace", str(bad)]) == 2
+    assert "output_tokens" in capsys.readouterr().err
+
+
 def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["simulate", "--alpha-ms", "0"]) == 2
     assert "`alpha_ms`" in capsys.readouterr().err
