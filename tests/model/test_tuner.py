@@ -153,12 +153,10 @@ def test_wild_outlier_does_not_move_the_estimate(clean_stream: list[Observation]
     assert status.dropped_outlier is outlier and status.success
     assert status.params is not None and np.all(relative_errors(status.params, before) < 0.03)
     assert outlier in tuner.window  # left out of the fit only (spec §7.3)
-    # Without the outlier pass the same point drags the fit away (and the spread it causes
-    # makes the window unidentified, so even then the tuner holds).
+    # Without the outlier pass the same point drags the fit far away.
     naive = fed(clean_stream, residual_threshold=0.0)
     moved = naive.update(outlier)
     assert moved.fit is not None and relative_errors(moved.fit.params, before).max() > 0.10
-    assert moved.params == naive.params
 
 
 def test_single_shape_window_holds_the_last_good_estimate(
