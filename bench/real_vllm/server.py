@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,17 +123,26 @@ def stop_on_sigterm() -> None:
 
 @contextmanager
 def vllm_server(
-    options: ServerOptions | None = None, model_dir: Path = MODEL_DIR, log_name: str = "vllm"
+    options: ServerOptions | None = None,
+    model_dir: Path = MODEL_DIR,
+    log_name: str = "vllm",
+    *,
+    log_dir: Path = LOG_DIR,
+    command: Callable[[int], list[str]] | None = None,
 ) -> Iterator[RunningServer]:
-    """Start vLLM, wait until it serves the model, yield it, and always kill its process group."""
+    """Start vLLM, wait until it serves the model, yield it, and always kill its process group.
+
+    `command` maps the port to another command line: a stand-in server for the lifetime tests.
+    """
     options = options or ServerOptions()
     port = options.port or free_port()
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / f"{log_name}-{port}.log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{log_name}-{port}.log"
+    argv = command(port) if command else server_command(model_dir, port, options)
     start_s = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            server_command(model_dir, port, options),
+            argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
