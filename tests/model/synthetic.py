@@ -1,5 +1,6 @@
-"""Synthetic observations for the fit and tuner tests: model latencies at known parameters,
-at a given fraction of each shape's saturation rate, with multiplicative log-normal noise."""
+"""Observations for the fit and tuner tests: the paper grid's, and synthetic ones (model
+latencies at known parameters, at a given fraction of each shape's saturation rate, with
+multiplicative log-normal noise)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from model import Observation, ServerConfig, ServiceParams
 from model.analyzer import analyze_points
+from tests.conftest import load_paper_grid
 
 # Request shapes (avg input tokens, avg output tokens) of the synthetic windows.
 SHAPES: tuple[tuple[float, float], ...] = (
@@ -18,6 +20,21 @@ SHAPES: tuple[tuple[float, float], ...] = (
     (256.0, 2048.0),
 )
 LOADS: tuple[float, ...] = (0.2, 0.5, 0.8)  # fractions of the shape's saturation rate
+
+
+def grid_observations(model_name: str) -> list[Observation]:
+    """The paper's 112 fitted H100 points of one model (in_paper_fit = 1)."""
+    return [
+        Observation(
+            rate_rps=float(row["rate_rps"]),
+            avg_input_tokens=float(row["avg_in_tokens"]),
+            avg_output_tokens=float(row["avg_out_tokens"]),
+            ttft_ms=float(row["ttft_ms"]),
+            itl_ms=float(row["itl_ms"]),
+        )
+        for row in load_paper_grid()
+        if row["model"] == model_name and row["in_paper_fit"] == "1"
+    ]
 
 
 def observations(

@@ -25,8 +25,14 @@ from model import (
 )
 from model.analyzer import analyze_points
 from model.fit import DEFAULT_MAX_STD_ERROR, DEFAULT_SEED
-from tests.conftest import load_paper_grid, shared_path
-from tests.model.synthetic import SHAPES, grid_points, observations, relative_errors
+from tests.conftest import shared_path
+from tests.model.synthetic import (
+    SHAPES,
+    grid_observations,
+    grid_points,
+    observations,
+    relative_errors,
+)
 
 PAPER_SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192)
 # Truth sets of test-scenarios.md.
@@ -49,20 +55,6 @@ def table_one() -> dict[str, dict[str, float]]:
                 "ttft_error": float(cells[5].rstrip("%")) / 100,
             }
     return rows
-
-
-def grid_observations(model_name: str) -> list[Observation]:
-    return [
-        Observation(
-            rate_rps=float(row["rate_rps"]),
-            avg_input_tokens=float(row["avg_in_tokens"]),
-            avg_output_tokens=float(row["avg_out_tokens"]),
-            ttft_ms=float(row["ttft_ms"]),
-            itl_ms=float(row["itl_ms"]),
-        )
-        for row in load_paper_grid()
-        if row["model"] == model_name and row["in_paper_fit"] == "1"
-    ]
 
 
 TABLE_ONE = table_one()
