@@ -38,11 +38,10 @@ from model.variant import PAPER_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 
-PARAM_NAMES = ("alpha_ms", "beta_ms", "gamma_ms")
 DEFAULT_SEED = ServiceParams(5.0, 0.05, 5e-5)  # the reference config initState (spec §4.1, §13)
 FALLBACK_START = ServiceParams(5.0, 0.05, 5e-4)  # spec §4.3, kept for parity
 LEGACY_BASE_FACTOR = 0.9  # spec §4.2
-DEFAULT_MAX_NFEV = 100  # optimizer steps (trust region) or loss evaluations / 5 (Nelder-Mead)
+DEFAULT_MAX_NFEV = 100  # trust-region steps; Nelder-Mead gets 5 loss evaluations per step
 NELDER_MEAD_MAX_FEV = 500  # spec §5.5
 NELDER_MEAD_STEP = math.log(1.05)  # spec §5.2: a 5 % relative simplex offset, in log space
 DEFAULT_NOISE_LEVEL = 0.05  # relative measurement noise of TTFT and ITL the test assumes
@@ -223,6 +222,10 @@ def fit(
     """Fit (alpha, beta, gamma) in ms to the observations' TTFT and ITL. Spec §3-§5, §10.
 
     Without `start`, the spec §4 light-traffic guess on the lowest-rate observation is used.
+    `max_nfev` caps the optimizer's own residual evaluations (trust region; Jacobian ones not
+    counted) or 5 x that many loss evaluations, at most 500 (Nelder-Mead); reaching the cap is
+    status "evaluation_limit" (success False). `noise_level` and `max_std_error` set the
+    identifiability test (module docstring).
     """
     problem = FitProblem(observations, server, options)
     if start is not None and not isinstance(start, ServiceParams):
