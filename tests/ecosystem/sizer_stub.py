@@ -78,8 +78,10 @@ class StubCollector:
         yield fit
         yield gauge("recommendation_info", 1, {"reason": "slo"})
         yield gauge("tuner_state_info", 1, {"state": "tracking"})
-        errors = CounterMetricFamily(PREFIX + "scrape_errors_total", "errors", labels=["source"])
-        errors.add_metric([v.deployment], 0)
+        errors = CounterMetricFamily(
+            PREFIX + "scrape_errors", "errors", labels=["deployment", "source", "reason"]
+        )
+        errors.add_metric([v.deployment, "scrape", "connection"], 0)
         yield errors
         duration = GaugeMetricFamily(PREFIX + "cycle_duration_seconds", "last cycle")
         duration.add_metric([], 0.012)

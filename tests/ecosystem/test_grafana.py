@@ -160,3 +160,19 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     families = {m.name for m in collector.SnapshotCollector().describe()}
     assert exported <= families
     assert set(PER_DEPLOYMENT_METRICS) == families, "dashboard list drifted from the daemon"
+
+
+def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
+    daemon = pytest.importorskip("exporter.daemon")
+    from prometheus_client import CollectorRegistry
+
+    from exporter.clock import ManualClock
+    from exporter.collector import build_info_family
+    from exporter.config import Config
+
+    registry = CollectorRegistry()
+    daemon.Daemon(Config(), {}, registry, ManualClock(0.0))
+    suffix = {"counter": "_total", "info": "_info"}
+    families = [*registry.collect(), build_info_family("0.0.0")]
+    names = {f.name + suffix.get(f.type, "") for f in families}
+    assert EXPORTED_METRICS - names == set()
