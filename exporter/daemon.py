@@ -22,7 +22,7 @@ from exporter.config import Config, DeploymentConfig
 from exporter.errors import SourceError
 from exporter.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.promapi import PrometheusClient
-from exporter.recommender import Decision, Recommender
+from exporter.recommender import Decision, Recommender, waiting_queue_grows
 from exporter.server import WhatIf
 from exporter.sources import PrometheusSource, ScrapeSource, Source
 from exporter.statefile import StateFile
@@ -31,6 +31,10 @@ from model.observation import Observation
 from model.tuner import Tuner
 
 logger = logging.getLogger(__name__)
+
+# Windows whose arrival rate moved more than this fraction from the previous window are not
+# fed to the tuner: the model describes steady state, and latencies lag a load step.
+MAX_RATE_CHANGE = 0.25
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
 READY_PERIODS = 3.0
@@ -47,6 +51,7 @@ class DeploymentRuntime:
     tracker: WindowTracker
     workload: Workload | None = None
     observation: DeploymentObservation | None = field(default=None)
+    previous_rate_rps: float | None = None
 
     @property
     def params(self) -> ServiceParams | None:
@@ -206,10 +211,17 @@ class Daemon:
         return obs.success
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
-        """Feed one per-replica observation to the tuner when the window has latencies."""
+        """Feed one per-replica observation to the tuner when the window is steady and has
+        latencies."""
+        previous, runtime.previous_rate_rps = runtime.previous_rate_rps, obs.arrival_rate_rps
         if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
             return
         if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
+            return
+        if previous is not None and abs(obs.arrival_rate_rps - previous) > MAX_RATE_CHANGE * max(
+            obs.arrival_rate_rps, previous
+        ):
+            self.observation_problems.labels(runtime.config.name, "non_stationary").inc()
             return
         try:
             point = Observation(
@@ -220,7 +232,7 @@ class Daemon:
                 itl_ms=obs.itl_ms,
                 max_batch_size=runtime.config.server.max_batch_size,
                 timestamp=obs.end_time_s,
-                queue_growing=obs.queue_growing,
+                queue_growing=waiting_queue_grows(obs),
             )
         except ValueError as exc:
             logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)

@@ -17,6 +17,16 @@ from exporter.config import DeploymentConfig
 from exporter.observations import DeploymentObservation, ObservationStatus
 from model import ServiceParams, Workload, analyze, replicas_for_slo
 
+# A growing backlog counts as saturation only with requests actually waiting (per pod, mean
+# over the window): running requests alone rise and fall with ordinary load noise.
+MIN_WAITING_FOR_SATURATION = 1.0
+
+
+def waiting_queue_grows(obs: DeploymentObservation) -> bool:
+    """The backlog grew over the window and requests were waiting for a batch slot."""
+    waiting = obs.avg_waiting_per_pod
+    return obs.queue_growing and waiting is not None and waiting >= MIN_WAITING_FOR_SATURATION
+
 
 class Reason(StrEnum):
     """Why the desired replica count is what it is; values are exported label values."""
@@ -137,7 +147,7 @@ class Recommender:
                 now_s, dep.max_replicas, None, Reason.SLO_INFEASIBLE, current, rate, **extra
             )
         wanted, reason = plan.replicas, None
-        if obs.queue_growing and wanted <= current:
+        if waiting_queue_grows(obs) and wanted <= current:
             # The estimate lags a growing backlog; the queue itself says capacity is short.
             wanted, reason = current + 1, Reason.QUEUE_GROWING
         if wanted > dep.max_replicas:

@@ -8,6 +8,7 @@ infeasible targets, a growing queue and a dead source.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -63,7 +64,7 @@ def observation(
         itl_ms=12.0,
         request_tpot_ms=12.0,
         avg_running_per_pod=None,
-        avg_waiting_per_pod=None,
+        avg_waiting_per_pod=5.0 if growing else 0.0,
         kv_cache_usage_ratio=None,
         max_kv_cache_usage_ratio=None,
         queue_growing=growing,
@@ -174,3 +175,10 @@ def test_first_window_holds_current_and_unusable_windows_hold_last() -> None:
     assert lost.desired_replicas == 4 and lost.reason is Reason.MODEL_NOT_FOUND
     gone = rec.decide(90.0, observation(0.0, 0, status=ObservationStatus.NO_PODS), LLAMA, SHAPE)
     assert gone.desired_replicas == 4 and gone.reason is Reason.NO_PODS
+
+
+def test_running_fluctuations_without_waiting_are_not_saturation() -> None:
+    obs = observation(0.5 * CAPACITY, 2, growing=True)
+    calm = replace(obs, avg_waiting_per_pod=0.2)
+    decision = Recommender(deployment()).decide(0.0, calm, LLAMA, SHAPE)
+    assert decision.desired_replicas == 1 and decision.reason is Reason.SCALE_DOWN
