@@ -186,11 +186,11 @@ def test_restart_restores_the_calibration(fleet, tmp_path: Path) -> None:  # typ
     state = tmp_path / "state.json"
     first = Daemon(config(state=state), {"llama": FleetSource(emulated)},
                    CollectorRegistry(), emulated.sim_clock, StateFile(state))  # fmt: skip
-    for rate in (2.0, 8.0, 4.0, 12.0, 6.0, 16.0, 3.0):
+    for rate in (2.0, 8.0, 4.0, 12.0, 6.0, 16.0):
         emulated.set_rate_rps(rate)
-        cycles(first, emulated, clock, 1)
+        cycles(first, emulated, clock, 2)  # the second window at each load is steady
     tuner = first.runtimes["llama"].tuner
-    assert tuner.params is not None and len(tuner.window) == 6
+    assert tuner.params is not None and len(tuner.window) >= 5
     # The restarted daemon has no initial parameters: what it knows comes from the state file.
     registry = CollectorRegistry()
     second = Daemon(config(initial=None, state=state), {"llama": FleetSource(emulated)},
