@@ -85,6 +85,7 @@ class DeploymentConfig:
     min_replicas: int = 1
     max_replicas: int = 10
     scale_down_stabilization_s: float = DEFAULT_STABILIZATION_S
+    look_ahead_s: float = 0.0  # size for the load trend this far ahead (0 = the current load)
     initial_params: ServiceParams | None = None
     tuner: TunerConfig = field(default_factory=TunerConfig)
 
@@ -330,6 +331,7 @@ _DEPLOYMENT_KEYS = {
     "slo",
     "replicas",
     "scale_down_stabilization_s",
+    "look_ahead_s",
     "initial_params",
     "tuner",
 }
@@ -363,6 +365,14 @@ def _deployment(
         _number(0.0, inclusive=True),
         "must be a number >= 0 (seconds)",
         DEFAULT_STABILIZATION_S,
+    )
+    look_ahead = r.get(
+        m,
+        "look_ahead_s",
+        path,
+        _number(0.0, inclusive=True),
+        "must be a number >= 0 (seconds)",
+        0.0,
     )
     initial = _initial_params(r, m.get("initial_params"), f"{path}.initial_params")
     tuner_node = r.mapping(m.get("tuner"), f"{path}.tuner", {"min_observations", "window"})
@@ -401,6 +411,7 @@ def _deployment(
         min_replicas=low,
         max_replicas=high,
         scale_down_stabilization_s=window,
+        look_ahead_s=look_ahead,
         initial_params=initial,
         tuner=tuner,
     )

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
 from exporter.config import DeploymentConfig
 from exporter.observations import DeploymentObservation, ObservationStatus
 from model import ServiceParams, Workload, analyze, replicas_for_slo
+
+# Look-ahead: the trend is a least-squares slope over this many recent windows (at least 3).
+TREND_WINDOWS = 4
 
 # A growing backlog counts as saturation only with requests actually waiting (per pod, mean
 # over the window): running requests alone rise and fall with ordinary load noise.
@@ -79,6 +84,7 @@ class Decision:
     current_replicas: int | None
     model_replicas: int | None  # the model's count before bounds and stabilization
     arrival_rate_rps: float | None
+    sizing_rate_rps: float | None  # the rate sized for: arrival, or its trend look_ahead_s ahead
     max_rate_per_replica_rps: float | None  # SLO capacity of one replica
     saturation_rate_per_replica_rps: float | None
     predicted_ttft_ms: float | None  # at the current load on the current replicas
@@ -91,6 +97,7 @@ class Recommender:
     def __init__(self, deployment: DeploymentConfig) -> None:
         self._dep = deployment
         self._history: deque[tuple[float, int]] = deque()
+        self._rates: deque[tuple[float, float]] = deque(maxlen=TREND_WINDOWS)
         self.last: Decision | None = None
 
     def decide(
@@ -121,12 +128,14 @@ class Recommender:
         if obs.status is ObservationStatus.WARMING_UP:
             return _decision(current, Reason.FIRST_WINDOW, current=current)
         rate = obs.arrival_rate_rps
+        self._rates.append((now_s, rate))
         if params is None:
             return self._stabilized(now_s, current, None, Reason.TUNER_WARMING, current, rate)
         if workload is None:
             return self._stabilized(now_s, current, None, Reason.NO_WORKLOAD, current, rate)
+        sizing_rate = self.projected_rate(rate)
         plan = replicas_for_slo(
-            rate,
+            sizing_rate,
             params,
             dep.server,
             workload,
@@ -137,6 +146,7 @@ class Recommender:
         capacity = plan.capacity
         predicted = analyze(params, dep.server, workload, rate / max(current, 1))
         extra = {
+            "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": capacity.rate_rps,
             "saturation_rate_per_replica_rps": float(predicted.saturation_rate_rps),
             "predicted_ttft_ms": float(predicted.ttft_ms),
@@ -153,6 +163,17 @@ class Recommender:
         if wanted > dep.max_replicas:
             wanted, reason = dep.max_replicas, Reason.MAX_REPLICAS
         return self._stabilized(now_s, wanted, plan.replicas, reason, current, rate, **extra)
+
+    def projected_rate(self, rate: float) -> float:
+        """The rate to size for (req/s): the current one, or with look_ahead_s > 0 the recent
+        trend extended that far ahead when it rises, so capacity is ordered before it is needed."""
+        horizon = self._dep.look_ahead_s
+        if horizon <= 0 or len(self._rates) < 3:
+            return rate
+        t = np.array([p[0] for p in self._rates])
+        r = np.array([p[1] for p in self._rates])
+        slope = float(np.polyfit(t - t[-1], r, 1)[0])
+        return rate + max(slope, 0.0) * horizon
 
     def _stabilized(
         self,
@@ -213,6 +234,7 @@ def _decision(
     values: dict[str, Any] = {
         "model_replicas": None,
         "arrival_rate_rps": None,
+        "sizing_rate_rps": None,
         "max_rate_per_replica_rps": None,
         "saturation_rate_per_replica_rps": None,
         "predicted_ttft_ms": None,

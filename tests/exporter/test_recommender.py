@@ -182,3 +182,20 @@ def test_running_fluctuations_without_waiting_are_not_saturation() -> None:
     calm = replace(obs, avg_waiting_per_pod=0.2)
     decision = Recommender(deployment()).decide(0.0, calm, LLAMA, SHAPE)
     assert decision.desired_replicas == 1 and decision.reason is Reason.SCALE_DOWN
+
+
+def test_look_ahead_sizes_for_the_rising_trend() -> None:
+    plain, ahead = Recommender(deployment()), Recommender(deployment(look_ahead_s=90.0))
+    # A ramp of 0.5 capacity per 30 s window; 90 s ahead the load is 1.5 capacities higher.
+    for k in range(4):
+        rate = (1.0 + 0.5 * k) * CAPACITY
+        now = plain.decide(30.0 * k, observation(rate, 3), LLAMA, SHAPE)
+        later = ahead.decide(30.0 * k, observation(rate, 3), LLAMA, SHAPE)
+    assert now.sizing_rate_rps == pytest.approx(2.5 * CAPACITY)
+    assert later.sizing_rate_rps == pytest.approx(4.0 * CAPACITY)
+    assert (now.desired_replicas, later.desired_replicas) == (3, 4)
+    # A falling trend is not anticipated: scale-down stays with the stabilization window.
+    falling = Recommender(deployment(look_ahead_s=90.0))
+    for k in range(4):
+        last = falling.decide(30.0 * k, observation((3.0 - 0.5 * k) * CAPACITY, 3), LLAMA, SHAPE)
+    assert last.sizing_rate_rps == pytest.approx(1.5 * CAPACITY)
