@@ -1,6 +1,6 @@
 """Approximate queueing model of vLLM inference serving: pure math, no I/O."""
 
-from model.analyzer import Analysis, analyze, max_rate
+from model.analyzer import Analysis, analyze, analyze_points, max_rate
 from model.chunks import chunk_table
 from model.fit import FitMethod, FitResult, FitStatus, MetricError, fit, initial_guess
 from model.observation import Observation
@@ -14,9 +14,14 @@ from model.sizing import (
     replicas_for_slo,
 )
 from model.tuner import SkipReason, Tuner, TunerReason, TunerState, TunerStatus
+from model.variant import PAPER_MODEL, ArchitectureSpec, ModelOptions, ModelVariant
 
 __all__ = [
+    "PAPER_MODEL",
     "Analysis",
+    "ArchitectureSpec",
+    "ModelOptions",
+    "ModelVariant",
     "Binding",
     "ReplicaPlan",
     "SizingStatus",
@@ -35,6 +40,7 @@ __all__ = [
     "TunerState",
     "TunerStatus",
     "analyze",
+    "analyze_points",
     "chunk_table",
     "fit",
     "initial_guess",
