@@ -3,16 +3,13 @@
 Four stubs export the issue-6 series for one deployment the way sidecar mode does: three live
 copies recommending 5 replicas and one frozen copy (last successful cycle 10 minutes ago)
 still exporting 9. A second deployment has only frozen copies. Prometheus (Debian's package,
-on loopback) scrapes them every second; the tests query its HTTP API with the exact strings
+on loopback) scrapes them twice a second; the tests query its HTTP API with the exact strings
 from the manifests and the dashboard.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,16 +26,12 @@ from tests.ecosystem.sizer_stub import SizerValues, StubSizer
 
 pytestmark = pytest.mark.integration
 
+prometheus_server = pytest.importorskip("tests.integration.prometheus_server")
+
 LIVE_DESIRED = 5
 FROZEN_DESIRED = 9
 LIVE_COPIES = 3
 FROZEN_DEPLOYMENT = "frozen-vllm"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -54,56 +47,21 @@ def stubs() -> Iterator[list[StubSizer]]:
 
 @pytest.fixture(scope="module")
 def prometheus(stubs, tmp_path_factory) -> Iterator[str]:
-    exe = shutil.which("prometheus")
-    if exe is None:
-        pytest.skip("prometheus server missing (make prometheus installs Debian's package)")
-    work: Path = tmp_path_factory.mktemp("prometheus")
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "vllm-sizer",
-                # What the PodMonitor's target labels give in a cluster.
-                "static_configs": [
-                    {"targets": [s.address for s in stubs], "labels": {"namespace": "inference"}}
-                ],
-            }
-        ],
-    }
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    url = f"http://127.0.0.1:{free_port()}"
-    with (work / "prometheus.log").open("w") as log:
-        proc = subprocess.Popen(
-            [
-                exe,
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'data'}",
-                f"--web.listen-address={url.removeprefix('http://')}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    """A Prometheus scraping every stub each 0.5 s; its base URL once two rounds are in."""
+    workdir: Path = tmp_path_factory.mktemp("prometheus")
+    # The namespace label is what the PodMonitor's target labels give in a cluster.
+    targets = [
+        prometheus_server.Target(f"http://{s.address}/metrics", labels={"namespace": "inference"})
+        for s in stubs
+    ]
+    server = prometheus_server.PrometheusServer(targets, workdir=workdir, scrape_interval_s=0.5)
     try:
-        deadline = time.monotonic() + 30
-        # Ready once every target was scraped twice (rate() needs two samples). Prometheus hands
-        # targets to the scrape loop about 5 s after start, so this takes 6-7 s.
-        while True:
-            try:
-                scrapes = instant(url, "min(count_over_time(up[1m]))")
-                if scrapes and float(scrapes[0]["value"][1]) >= 2:
-                    break
-            except requests.RequestException:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"prometheus not ready: {(work / 'prometheus.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.3)
-        yield url
+        server.start()
+        server.wait_for_scrape(after_s=time.time())
+        server.wait_for_scrape(after_s=time.time())  # two samples per series for rate()
+        yield server.base_url
     finally:
-        proc.kill()  # throwaway TSDB: no need for the graceful 2 s shutdown
-        proc.wait(timeout=10)
+        server.stop()
 
 
 def instant(url: str, query: str) -> list[dict[str, Any]]:
