@@ -153,11 +153,14 @@ class ScrapeSource:
     def _scrape_one(self, url: str) -> PodSample | PodFailure:
         pod = pod_name_for_url(url)
         try:
+            sent_s = self._clock.time()
             response = requests.get(url, timeout=self._timeout_s)
             response.raise_for_status()
-            fetched_s = self._clock.time()
+            # The pod read its values somewhere between request and response: the midpoint
+            # bounds the timestamp error by half the round trip, which grows under load.
+            read_s = 0.5 * (sent_s + self._clock.time())
             return parse_exposition(
-                response.text, pod=pod, time_s=fetched_s, model_name=self._model_name
+                response.text, pod=pod, time_s=read_s, model_name=self._model_name
             )
         except requests.Timeout as exc:
             return PodFailure(pod, FailureReason.TIMEOUT, str(exc))
@@ -198,11 +201,15 @@ class PrometheusSource:
         self._model_name = model_name
         self._pod_label = pod_label
         self._max_sample_age_s = max_sample_age_s
-        names = "|".join(re.escape(n) for n in sorted(wanted_sample_names()))
+        # Plain identifiers ([a-z_:]), so the alternation needs no regex escaping.
+        names = "|".join(sorted(wanted_sample_names(escaped=True)))
         extra = selector.strip().strip("{}").strip().strip(",")
         matchers = f'__name__=~"{names}"' + (f",{extra}" if extra else "")
         self.series_query = "{" + matchers + "}"
-        self.timestamp_query = f"timestamp({self.series_query})"
+        # Scrape times per pod. timestamp() drops the metric name, and Prometheus 2.x rejects a
+        # result whose label sets then clash; a copy of the name in another label keeps them apart.
+        named = f'label_replace({self.series_query}, "name_", "$1", "__name__", "(.+)")'
+        self.timestamp_query = f"max by ({pod_label}) (timestamp({named}))"
 
     def read(self) -> SourceRead:
         """Raw series as of now."""

@@ -100,8 +100,8 @@ GAUGE_SOURCES: Mapping[GaugeName, tuple[str, ...]] = MappingProxyType(
 REQUIRED_COUNTERS = (CounterName.REQUEST_SUCCESS,)
 
 
-def wanted_sample_names() -> frozenset[str]:
-    """Every exposed sample name this module reads (for the Prometheus `__name__` matcher)."""
+def wanted_sample_names(*, escaped: bool = False) -> frozenset[str]:
+    """Every sample name this module reads; with `escaped`, also their '_' spellings."""
     names = {PROCESS_START_METRIC}
     for candidates in COUNTER_SOURCES.values():
         names.update(candidates)
@@ -110,10 +110,23 @@ def wanted_sample_names() -> frozenset[str]:
     for candidates in HISTOGRAM_SOURCES.values():
         for base in candidates:
             names.update((base + "_sum", base + "_count"))
+    if escaped:
+        names.update([escaped_name(n) for n in names])
     return frozenset(names)
 
 
-_WANTED = wanted_sample_names()
+def escaped_name(name: str) -> str:
+    """`name` as prometheus-client >= 0.2x writes it under OpenMetrics "underscores" escaping."""
+    return name.replace(":", "_")
+
+
+# Prometheus negotiates OpenMetrics, and prometheus-client then writes sample names with ':'
+# replaced by '_' (seen with 0.26: `vllm_num_requests_running`), so a Prometheus may hold either
+# spelling. Both are read; the canonical one wins when a pod has both.
+_ESCAPED: Mapping[str, str] = MappingProxyType(
+    {escaped_name(n): n for n in wanted_sample_names() if escaped_name(n) != n}
+)
+_WANTED = wanted_sample_names(escaped=True)
 # Which family types may carry a sample: the parser is lax, so a `_sum` of a gauge family or
 # a counter declared as a histogram is rejected, while an untyped family is accepted.
 _EXPECTED_TYPE: Mapping[str, str] = MappingProxyType(
@@ -212,9 +225,13 @@ def sample_from_series(
     seen_vllm = False
     matched = False
     process_start: float | None = None
-    for raw in series:
-        if raw.name not in _WANTED:
-            continue
+    wanted = [raw for raw in series if raw.name in _WANTED]
+    canonical = {raw.name for raw in wanted if raw.name not in _ESCAPED}
+    for raw in wanted:
+        if raw.name in _ESCAPED:
+            if _ESCAPED[raw.name] in canonical:
+                continue  # the pod has the canonical spelling too: do not count it twice
+            raw = replace(raw, name=_ESCAPED[raw.name])
         if not _type_ok(raw):
             rejected += 1
             continue

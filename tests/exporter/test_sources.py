@@ -282,7 +282,7 @@ def test_prometheus_source_groups_series_by_pod(fake_prometheus: FakePrometheus)
     now = T0 + 30
 
     def reply(form: dict[str, str]) -> tuple[int, str]:
-        if form["query"].startswith("timestamp("):
+        if form["query"].startswith("max by"):
             return 200, vector(({"pod": "a"}, now, str(now - 2)), ({"pod": "b"}, now, str(now - 3)))
         return 200, vector(
             (
@@ -322,7 +322,9 @@ def test_prometheus_source_groups_series_by_pod(fake_prometheus: FakePrometheus)
     assert queries[0].startswith('{__name__=~"') and queries[0].endswith(
         ',namespace="ns",pod=~"a|b"}'
     )
-    assert queries[1] == f"timestamp({queries[0]})"
+    assert queries[1] == (
+        f'max by (pod) (timestamp(label_replace({queries[0]}, "name_", "$1", "__name__", "(.+)")))'
+    )
     assert all(form["time"] == f"{now:.3f}" for form, _ in fake_prometheus.requests)
     assert [(s.pod, s.time_s) for s in result.samples] == [("a", now - 2), ("b", now - 3)]
     assert result.samples[0].counters[CounterName.REQUEST_SUCCESS] == 10.0
@@ -334,7 +336,7 @@ def test_prometheus_source_drops_stale_pods(fake_prometheus: FakePrometheus) -> 
     now = T0 + 1000
 
     def reply(form: dict[str, str]) -> tuple[int, str]:
-        if form["query"].startswith("timestamp("):
+        if form["query"].startswith("max by"):
             return 200, vector(({"pod": "old"}, now, str(now - 290)))
         return 200, vector(({"__name__": "vllm:request_success_total", "pod": "old"}, now, "1"))
 

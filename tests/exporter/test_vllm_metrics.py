@@ -290,3 +290,21 @@ def test_real_dump_with_random_lines_inserted_never_crashes(
         assert exc.reason == "parse"
         return
     assert isinstance(sample.status, SampleStatus)
+
+
+def test_openmetrics_underscore_spelling_is_read() -> None:
+    # prometheus-client 0.26 under OpenMetrics negotiation writes `vllm_...` sample names, so a
+    # Prometheus may store either spelling; the canonical one wins when both are present.
+    series = [
+        RawSeries("vllm_request_success_total", {"model_name": "m"}, 5),
+        RawSeries("vllm_num_requests_running", {"model_name": "m"}, 2),
+        RawSeries("vllm:num_requests_running", {"model_name": "m"}, 3),
+        RawSeries("vllm_time_to_first_token_seconds_sum", {"model_name": "m"}, 1.5),
+        RawSeries("vllm_time_to_first_token_seconds_count", {"model_name": "m"}, 10),
+    ]
+    sample = sample_from_series(series, pod="p", time_s=1.0, model_name="m")
+    assert sample.status is SampleStatus.OK
+    assert sample.counters[CounterName.REQUEST_SUCCESS] == 5.0
+    assert sample.gauges[GaugeName.RUNNING] == 3.0
+    assert sample.histograms[HistogramName.TTFT_S] == HistogramTotals(1.5, 10.0)
+    assert "vllm_num_requests_running" in wanted_sample_names(escaped=True)
