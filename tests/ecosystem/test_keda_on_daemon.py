@@ -43,7 +43,7 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)  # paper Table I, ms
 RATE_RPS = 25.0  # 2.5x the SLO capacity of one replica: the true need is 3 replicas
 REPLICAS = 2
-CYCLE_S = 1
+CYCLE_S = 1  # the shortest the config allows: keeps the test short; settled() rides out changes
 DESIRED = "vllm_sizer_desired_replicas"
 
 
