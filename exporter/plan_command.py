@@ -145,11 +145,15 @@ def _plot_plan(
     rates = np.linspace(0.0, top_rps, 400)
     curve = analyze(params, server, workload, rates)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    left.plot(rates, curve.ttft_ms, label="TTFT")
-    left.plot(rates, curve.itl_ms, label="ITL")
-    for target, name in ((args.ttft_ms, "TTFT target"), (args.itl_ms, "ITL target")):
+    for values, name, target in (
+        (curve.ttft_ms, "TTFT", args.ttft_ms),
+        (curve.itl_ms, "ITL", args.itl_ms),
+    ):
+        (line,) = left.plot(rates, values, label=name)
         if target:
-            left.axhline(target, linestyle="--", linewidth=1, label=name)
+            left.axhline(
+                target, color=line.get_color(), linestyle="--", linewidth=1, label=f"{name} target"
+            )
     left.set(
         xlabel="rate per replica (req/s)",
         ylabel="ms",
