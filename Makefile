@@ -35,8 +35,13 @@ test-fast: venv
 lint: venv
 	$(VENV)/bin/ruff check model exporter tests bench
 
+# Speed and accuracy figures, printed and written to bench/results/*.json (about 15 min).
 bench: venv
 	$(PY) bench/model_speed.py
+	$(PY) bench/tuner_speed.py
+	$(PY) bench/paper_table1.py
+	$(PY) bench/model_vs_sim.py
+	$(PY) bench/closed_loop.py
 
 # A real vLLM (CPU build) on loopback; its virtualenv, model and logs are cached in
 # bench/real_vllm/work/ (first run: about 2 min to install, 3.4 GB).
