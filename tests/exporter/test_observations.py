@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 
@@ -16,7 +17,7 @@ from exporter.observations import (
     observe_pod,
 )
 from exporter.sources import FailureReason, PodFailure, ScrapeSource, SourceRead
-from exporter.vllm_metrics import PodSample, SampleStatus, parse_exposition
+from exporter.vllm_metrics import CounterName, PodSample, SampleStatus, parse_exposition
 from tests.fixtures.metrics_server import Behaviour, MetricsServer
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
 
@@ -158,12 +159,9 @@ def test_counter_reset_mid_window_counts_from_zero() -> None:
 
 
 def test_counter_decrease_without_start_time_is_a_reset() -> None:
-    start = PodSample(
-        pod="a", time_s=T0, status=SampleStatus.OK, counters={"request_success": 900.0}
-    )  # type: ignore[dict-item]
-    end = PodSample(
-        pod="a", time_s=T0 + W, status=SampleStatus.OK, counters={"request_success": 12.0}
-    )  # type: ignore[dict-item]
+    success = CounterName.REQUEST_SUCCESS
+    start = PodSample(pod="a", time_s=T0, status=SampleStatus.OK, counters={success: 900.0})
+    end = PodSample(pod="a", time_s=T0 + W, status=SampleStatus.OK, counters={success: 12.0})
     pod = observe_pod(start, end)
     assert pod.reset and pod.completed == 12
     assert pod.completion_rate_rps == pytest.approx(0.2)
@@ -303,7 +301,7 @@ def _without(text: str, *prefixes: str) -> str:
 @pytest.fixture
 def two_pods() -> Iterator[tuple[dict[str, PodTotals], list[MetricsServer]]]:
     state = {"a": BASE, "b": BASE}
-    servers = [MetricsServer(lambda key=key: render(state[key])).start() for key in ("a", "b")]
+    servers = [MetricsServer(partial(lambda k: render(state[k]), key)).start() for key in "ab"]
     yield state, servers
     for server in servers:
         server.stop()

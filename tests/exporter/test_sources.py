@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ T0 = 1_700_000_000.0
 @pytest.fixture
 def servers() -> Iterator[list[MetricsServer]]:
     started = [
-        MetricsServer(lambda n=n: render(PodTotals(success=10.0 * (n + 1), running=n))).start()
+        MetricsServer(partial(render, PodTotals(success=10.0 * (n + 1), running=n))).start()
         for n in range(3)
     ]
     yield started

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 import pytest
@@ -90,7 +91,7 @@ def linear_pods() -> Iterator[list[MetricsServer]]:
     def body(increment: PodTotals) -> str:
         return render(PodTotals().plus(increment, times=time.time() - born), model_name="llama")
 
-    servers = [MetricsServer(lambda inc=inc: body(inc)).start() for inc in per_second]
+    servers = [MetricsServer(partial(body, inc)).start() for inc in per_second]
     yield servers
     for server in servers:
         server.stop()
@@ -190,9 +191,9 @@ def test_prometheus_matches_direct_scrape_on_emulated_replicas(
         for step_s in (0.0, WINDOW_S):
             advance(fleet, clock, step_s)
             prom.wait_for_scrape(after_s=time.time())
-            from_prom = via_prom.read_at(time.time())
-            stamp.advance(min(s.time_s for s in from_prom.samples) - stamp.time())
-            reads.append((direct.read(), from_prom))
+            prom_read = via_prom.read_at(time.time())
+            stamp.advance(min(s.time_s for s in prom_read.samples) - stamp.time())
+            reads.append((direct.read(), prom_read))
         t1 = fleet.sim_time_s
     finally:
         fleet.stop()
