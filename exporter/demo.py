@@ -59,6 +59,9 @@ class FleetSource:
         self._fleet = fleet
 
     def read(self) -> SourceRead:
+        # Bring the simulation up to the clock first: on a busy machine the emulator thread can
+        # lag, and a scrape must see the metrics of the instant it is stamped with.
+        self._fleet.sync()
         return ScrapeSource(
             clock=self._fleet.sim_clock, urls=self._fleet.urls, model_name=NAME, timeout_s=5.0
         ).read()
