@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import yaml
 
 from exporter.errors import ConfigError
-from model import ServerConfig, ServiceParams
+from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
 
 DEFAULT_CYCLE_PERIOD_S = 30.0
 DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9464"
@@ -88,6 +88,7 @@ class DeploymentConfig:
     look_ahead_s: float = 0.0  # size for the load trend this far ahead (0 = the current load)
     initial_params: ServiceParams | None = None
     tuner: TunerConfig = field(default_factory=TunerConfig)
+    model: ModelOptions = field(default_factory=ModelOptions)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -334,6 +335,7 @@ _DEPLOYMENT_KEYS = {
     "look_ahead_s",
     "initial_params",
     "tuner",
+    "model",
 }
 
 
@@ -400,6 +402,7 @@ def _deployment(
             f"must be >= tuner.min_observations ({tuner.min_observations})",
             tuner.window,
         )
+    options = _model_options(r, m.get("model"), f"{path}.model")
     if len(r.problems) > before or name is None or model_name is None or source is None:
         return None
     return DeploymentConfig(
@@ -412,6 +415,7 @@ def _deployment(
         max_replicas=high,
         scale_down_stabilization_s=window,
         look_ahead_s=look_ahead,
+        model=options,
         initial_params=initial,
         tuner=tuner,
     )
@@ -495,3 +499,41 @@ def _initial_params(r: _Reader, node: Any, path: str) -> ServiceParams | None:
     if any(v is None for v in values):
         return None
     return ServiceParams(*values)  # type: ignore[arg-type]
+
+
+def _model_options(r: _Reader, node: Any, path: str) -> ModelOptions:
+    if node is None:
+        return ModelOptions()
+    keys = {"variant", "arrival_cv", "input_length_cv", "output_length_cv", "architecture"}
+    m = r.mapping(node, path, keys)
+    variants = tuple(v.value for v in ModelVariant)
+    default = ModelOptions()
+    variant = r.get(
+        m,
+        "variant",
+        path,
+        _choice(variants),
+        f"must be one of {', '.join(variants)}",
+        default.variant.value,
+    )
+    cvs = {
+        key: r.get(
+            m,
+            key,
+            path,
+            _number(0.0, inclusive=True),
+            "must be a number >= 0 (a coefficient of variation)",
+            getattr(default, key),
+        )
+        for key in ("arrival_cv", "input_length_cv", "output_length_cv")
+    }
+    architecture = None
+    if m.get("architecture") is not None:
+        apath = f"{path}.architecture"
+        a = r.mapping(m["architecture"], apath, {"num_layers", "hidden_size", "num_parameters"})
+        layers = r.required(a, "num_layers", apath, _integer(1), "an integer >= 1")
+        hidden = r.required(a, "hidden_size", apath, _integer(1), "an integer >= 1")
+        params = r.required(a, "num_parameters", apath, _number(0.0), "a number > 0")
+        if layers is not None and hidden is not None and params is not None:
+            architecture = ArchitectureSpec(layers, hidden, params)
+    return ModelOptions(variant=ModelVariant(variant), architecture=architecture, **cvs)

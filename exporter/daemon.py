@@ -66,6 +66,7 @@ def new_tuner(dep: DeploymentConfig) -> Tuner:
         initial=dep.initial_params,
         min_observations=dep.tuner.min_observations,
         window_size=dep.tuner.window,
+        options=dep.model,
     )
 
 
@@ -300,7 +301,7 @@ class Daemon:
         dep = runtime.config
         last = runtime.recommender.last
         count = replicas or (last.current_replicas if last and last.current_replicas else 1)
-        at = analyze(params, dep.server, workload, rate_rps / count)
+        at = analyze(params, dep.server, workload, rate_rps / count, options=dep.model)
         plan = replicas_for_slo(
             rate_rps,
             params,
@@ -309,6 +310,7 @@ class Daemon:
             dep.slo.ttft_ms,
             dep.slo.itl_ms,
             min_replicas=dep.min_replicas,
+            options=dep.model,
         )
         return WhatIf(
             deployment=deployment,

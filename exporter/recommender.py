@@ -142,9 +142,10 @@ class Recommender:
             dep.slo.ttft_ms,
             dep.slo.itl_ms,
             min_replicas=dep.min_replicas,
+            options=dep.model,
         )
         capacity = plan.capacity
-        predicted = analyze(params, dep.server, workload, rate / max(current, 1))
+        predicted = analyze(params, dep.server, workload, rate / max(current, 1), options=dep.model)
         extra = {
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": capacity.rate_rps,

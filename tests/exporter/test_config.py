@@ -77,6 +77,13 @@ BAD_DEPLOYMENT = [
     ),
     ({"tuner": {"window": 2}}, r"deployments\[0\].tuner.window: must be an integer >= 3, got 2"),
     ({"scale_down_stabilization_s": "5m"}, r"scale_down_stabilization_s: must be a number >= 0"),
+    ({"look_ahead_s": -1}, r"deployments\[0\].look_ahead_s: must be a number >= 0"),
+    ({"model": {"variant": "fancy"}}, r"model.variant: must be one of paper, refined, got 'fancy'"),
+    ({"model": {"arrival_cv": -0.5}}, r"model.arrival_cv: must be a number >= 0"),
+    (
+        {"model": {"architecture": {"num_layers": 32}}},
+        r"model.architecture.hidden_size: is required",
+    ),
 ]
 
 
@@ -116,3 +123,11 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     bad.write_text("deployments: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_model_options() -> None:
+    arch = {"num_layers": 32, "hidden_size": 4096, "num_parameters": 8.03e9}
+    dep = parse_config(minimal(model={"variant": "refined", "arrival_cv": 0, "architecture": arch}))
+    options = dep.deployments[0].model
+    assert options.variant == "refined" and options.arrival_cv == 0.0
+    assert options.architecture is not None and options.architecture.num_layers == 32
