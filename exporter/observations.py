@@ -135,6 +135,8 @@ class DeploymentObservation:
     gone_pods: tuple[str, ...]
     failures: tuple[PodFailure, ...]
     problems: tuple[Problem, ...]
+    skipped_lines: int = 0  # unparseable exposition lines in the end read, all pods
+    rejected_samples: int = 0  # NaN/Inf/negative/mistyped samples in the end read, all pods
 
     @property
     def arrival_rate_per_pod_rps(self) -> float | None:
@@ -258,6 +260,8 @@ def observe_deployment(
         gone_pods=gone_pods,
         failures=end.failures,
         problems=tuple(sorted(problems)),
+        skipped_lines=sum(s.skipped_lines for s in end.samples),
+        rejected_samples=sum(s.rejected_samples for s in end.samples),
     )
 
 
