@@ -59,11 +59,11 @@ class DeploymentRuntime:
         return self.tuner.params
 
 
-def new_tuner(dep: DeploymentConfig) -> Tuner:
-    """A fresh tuner for a deployment, seeded with its initial parameters if configured."""
+def new_tuner(dep: DeploymentConfig, seed: ServiceParams | None = None) -> Tuner:
+    """A fresh tuner for a deployment, seeded with `seed` or its configured initial parameters."""
     return Tuner(
         dep.server,
-        initial=dep.initial_params,
+        initial=seed or dep.initial_params,
         min_observations=dep.tuner.min_observations,
         window_size=dep.tuner.window,
         options=dep.model,
@@ -355,7 +355,12 @@ class Daemon:
             if not isinstance(entry, dict):
                 continue
             try:
-                rt.tuner = Tuner.from_dict(entry["tuner"])
+                tuner = Tuner.from_dict(entry["tuner"])
+                rt.tuner = (
+                    tuner
+                    if _same_settings(tuner, rt.tuner)
+                    else new_tuner(rt.config, seed=tuner.params)
+                )
                 rt.recommender.restore(entry.get("recommender", {}))
                 shape = entry.get("workload")
                 rt.workload = None if shape is None else Workload(*shape)
@@ -363,6 +368,13 @@ class Daemon:
                 logger.error("%s: saved state unusable, starting fresh: %s", name, exc)
                 continue
             logger.info("%s: restored calibration %s", name, rt.params)
+
+
+def _same_settings(restored: Tuner, configured: Tuner) -> bool:
+    """Whether a saved tuner was built with today's configuration; if not (the window, the
+    server or the model variant changed), the daemon starts a new one seeded with its estimate."""
+    keys = ("server", "options", "window_size", "min_observations")
+    return all(getattr(restored, k) == getattr(configured, k) for k in keys)
 
 
 def _fmt(value: float | None) -> str:

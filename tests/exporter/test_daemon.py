@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from urllib.error import HTTPError
 from urllib.request import urlopen
@@ -19,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig, TunerConfig
 from exporter.daemon import Daemon
 from exporter.emulator import EmulatedFleet
 from exporter.errors import ScrapeError
@@ -219,3 +220,18 @@ def _error(url: str) -> tuple[int, dict[str, str]]:
             return int(resp.status), json.loads(resp.read())
     except HTTPError as exc:
         return int(exc.code), json.loads(exc.read())
+
+
+def test_a_changed_configuration_reseeds_from_the_saved_estimate(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    emulated, clock = fleet
+    state = tmp_path / "state.json"
+    first = Daemon(config(state=state), {"llama": FleetSource(emulated)},
+                   CollectorRegistry(), emulated.sim_clock, StateFile(state))  # fmt: skip
+    cycles(first, emulated, clock, 2)
+    saved = first.runtimes["llama"].params
+    changed = replace(config(initial=None, state=state).deployments[0], tuner=TunerConfig(5, 20))
+    second = Daemon(replace(config(state=state), deployments=(changed,)),
+                    {"llama": FleetSource(emulated)}, CollectorRegistry(), emulated.sim_clock,
+                    StateFile(state))  # fmt: skip
+    tuner = second.runtimes["llama"].tuner
+    assert tuner.window_size == 20 and tuner.params == saved
