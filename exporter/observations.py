@@ -16,6 +16,7 @@ latency. A window without completions has no latency observation (None), never z
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,6 +39,10 @@ MS_PER_S = 1000.0
 QUEUE_GROWTH_FACTOR = 1.1
 # ... and by at least this many requests, so one arrival at an idle pod is not "growing".
 MIN_BACKLOG_GROWTH = 2.0
+# Saturation thresholds of collector-spec §8 (the WVA's KV threshold is 0.80; vLLM preempts
+# near full, so 0.95 marks real exhaustion).
+SATURATED_WAITING = 0.5
+SATURATED_KV_RATIO = 0.95
 # Process start times differ by more than this (s) => a different process, hence a reset.
 PROCESS_START_TOLERANCE_S = 1.0
 
@@ -54,6 +59,16 @@ class Problem(StrEnum):
     FAILED_POD = "failed_pod"
     MODEL_NOT_FOUND = "model_not_found"
     BAD_POD_SAMPLE = "bad_pod_sample"
+
+
+class Saturation(StrEnum):
+    """Signs that a window ran saturated (collector-spec §8); exported label values."""
+
+    WAITING = "waiting"  # mean waiting requests > 0.5
+    BACKLOG_GROWING = "backlog_growing"  # queue_growing
+    QUEUE_OVER_INFERENCE = "queue_over_inference"  # mean queue time > mean inference time
+    KV_FULL = "kv_full"  # KV-cache usage > 0.95 at the window end
+    PREEMPTIONS = "preemptions"  # any preemption in the window
 
 
 class ObservationStatus(StrEnum):
@@ -100,6 +115,7 @@ class PodObservation:
     reset: bool
     problems: tuple[Problem, ...]
     deltas: Mapping[HistogramName, HistogramTotals] = field(default_factory=dict)
+    saturation: tuple[Saturation, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "deltas", MappingProxyType(dict(self.deltas)))
@@ -135,6 +151,7 @@ class DeploymentObservation:
     gone_pods: tuple[str, ...]
     failures: tuple[PodFailure, ...]
     problems: tuple[Problem, ...]
+    saturation: tuple[Saturation, ...] = ()  # every sign seen on any observed pod
     skipped_lines: int = 0  # unparseable exposition lines in the end read, all pods
     rejected_samples: int = 0  # NaN/Inf/negative/mistyped samples in the end read, all pods
 
@@ -175,6 +192,12 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
         problems.append(Problem.NO_COMPLETIONS)
     elif HistogramName.TTFT_S not in deltas or HistogramName.ITL_S not in deltas:
         problems.append(Problem.MISSING_LATENCY)
+    avg_waiting = _occupancy(
+        deltas, HistogramName.QUEUE_TIME_S, GaugeName.WAITING, start, end, window_s
+    )
+    kv = end.gauges.get(GaugeName.KV_USAGE)
+    queue_growing = _growing(backlog_change, arrivals, completed)
+    preempted = _increase(start.counters, end.counters, CounterName.PREEMPTIONS, reset)
     return PodObservation(
         pod=end.pod,
         window_s=window_s,
@@ -190,14 +213,13 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
         avg_running=_occupancy(
             deltas, HistogramName.INFERENCE_TIME_S, GaugeName.RUNNING, start, end, window_s
         ),
-        avg_waiting=_occupancy(
-            deltas, HistogramName.QUEUE_TIME_S, GaugeName.WAITING, start, end, window_s
-        ),
-        kv_cache_usage_ratio=end.gauges.get(GaugeName.KV_USAGE),
-        queue_growing=_growing(backlog_change, arrivals, completed),
+        avg_waiting=avg_waiting,
+        kv_cache_usage_ratio=kv,
+        queue_growing=queue_growing,
         reset=reset,
         problems=tuple(problems),
         deltas=deltas,
+        saturation=_saturation(deltas, avg_waiting, queue_growing, kv, preempted),
     )
 
 
@@ -260,6 +282,7 @@ def observe_deployment(
         gone_pods=gone_pods,
         failures=end.failures,
         problems=tuple(sorted(problems)),
+        saturation=tuple(sign for sign in Saturation if any(sign in p.saturation for p in pods)),
         skipped_lines=sum(s.skipped_lines for s in end.samples),
         rejected_samples=sum(s.rejected_samples for s in end.samples),
     )
@@ -375,3 +398,24 @@ def _growing(backlog_change: float | None, arrivals: float, completed: float) ->
     if backlog_change is None or backlog_change < MIN_BACKLOG_GROWTH:
         return False
     return arrivals > QUEUE_GROWTH_FACTOR * completed
+
+
+def _saturation(
+    deltas: Mapping[HistogramName, HistogramTotals],
+    avg_waiting: float | None,
+    queue_growing: bool,
+    kv: float | None,
+    preempted: float | None,
+) -> tuple[Saturation, ...]:
+    """The collector-spec §8 signs present in one pod's window."""
+    queue = _mean(deltas.get(HistogramName.QUEUE_TIME_S))
+    inference = _mean(deltas.get(HistogramName.INFERENCE_TIME_S))
+    signs = {
+        Saturation.WAITING: avg_waiting is not None and avg_waiting > SATURATED_WAITING,
+        Saturation.BACKLOG_GROWING: queue_growing,
+        # An absent mean is no sign: the comparison is then False.
+        Saturation.QUEUE_OVER_INFERENCE: (queue or 0.0) > (inference or math.inf),
+        Saturation.KV_FULL: kv is not None and kv > SATURATED_KV_RATIO,
+        Saturation.PREEMPTIONS: preempted is not None and preempted > 0,
+    }
+    return tuple(sign for sign, present in signs.items() if present)

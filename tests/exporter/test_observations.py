@@ -12,6 +12,7 @@ from exporter.observations import (
     STATUS_MESSAGES,
     ObservationStatus,
     Problem,
+    Saturation,
     WindowTracker,
     observe_deployment,
     observe_pod,
@@ -101,7 +102,7 @@ def test_steady_load_two_pods() -> None:
     assert obs.avg_waiting_per_pod == pytest.approx((120 * 0.05 / 60 + 0.0) / 2)
     assert obs.kv_cache_usage_ratio == pytest.approx(0.3)
     assert obs.max_kv_cache_usage_ratio == pytest.approx(0.4)
-    assert not obs.queue_growing and obs.problems == ()
+    assert not obs.queue_growing and obs.problems == () and obs.saturation == ()
     pod_a = obs.pods[0]
     assert pod_a.pod == "a" and pod_a.completed == 120
     assert pod_a.ttft_ms == pytest.approx(100.0) and pod_a.itl_ms == pytest.approx(10.0)
@@ -117,6 +118,35 @@ def test_arrivals_by_conservation_and_growing_backlog() -> None:
     assert pod.arrival_rate_rps == pytest.approx(120 / 60)  # 120 RPM
     assert pod.backlog_change == 20
     assert pod.queue_growing
+
+
+def with_preemptions(text: str, count: float) -> str:
+    return text + (
+        "# TYPE vllm:num_preemptions_total counter\n"
+        f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {count}\n'
+    )
+
+
+def test_saturation_signs() -> None:
+    # 60 completions that each waited 3 s in the queue and ran 2 s: mean waiting = 3 s x 1 req/s
+    # = 3 (> 0.5), queue time > inference time; KV at 0.97; 4 preemptions; backlog +20.
+    start = PodTotals(success=100, running=10, waiting=0)
+    end = start.plus(
+        steady_increment(completions=60, in_tokens=1000, out_tokens=100, ttft_s=3.5, itl_s=0.02,
+                         queue_s=3.0, inference_s=2.0, running=16, waiting=14, kv_usage=0.97)
+    )  # fmt: skip
+    pod = observe_pod(
+        parse_exposition(with_preemptions(render(start), 1), pod="a", time_s=T0),
+        parse_exposition(with_preemptions(render(end), 5), pod="a", time_s=T0 + W),
+    )
+    assert not pod.reset
+    assert pod.avg_waiting == pytest.approx(3.0) and pod.backlog_change == 20
+    assert pod.saturation == tuple(Saturation)
+    calm = observe_pod(
+        parse_exposition(with_preemptions(render(BASE), 1), pod="a", time_s=T0),
+        parse_exposition(with_preemptions(render(BASE.plus(POD_A)), 1), pod="a", time_s=T0 + W),
+    )
+    assert calm.saturation == ()
 
 
 def test_draining_backlog_clamps_arrivals_to_completions() -> None:
