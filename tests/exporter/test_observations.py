@@ -337,6 +337,7 @@ def two_pods() -> Iterator[tuple[dict[str, PodTotals], list[MetricsServer]]]:
         server.stop()
 
 
+@pytest.mark.integration  # real HTTP on 127.0.0.1
 def test_partial_scrape_one_pod_times_out(
     two_pods: tuple[dict[str, PodTotals], list[MetricsServer]],
 ) -> None:
@@ -358,6 +359,7 @@ def test_partial_scrape_one_pod_times_out(
     assert Problem.FAILED_POD in obs.problems
 
 
+@pytest.mark.integration  # real HTTP on 127.0.0.1
 def test_nan_and_garbage_lines_over_http(
     two_pods: tuple[dict[str, PodTotals], list[MetricsServer]],
 ) -> None:

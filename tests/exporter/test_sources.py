@@ -23,6 +23,8 @@ from tests.fixtures.metrics_server import Behaviour, MetricsServer
 from tests.fixtures.vllm_exposition import PodTotals, render
 
 T0 = 1_700_000_000.0
+# Real HTTP on 127.0.0.1 is the integration marker's business (style §7); these stay fast.
+LOOPBACK = pytest.mark.integration
 
 
 @pytest.fixture
@@ -36,6 +38,7 @@ def servers() -> Iterator[list[MetricsServer]]:
         server.stop()
 
 
+@LOOPBACK
 def test_scrape_reads_every_pod(servers: list[MetricsServer]) -> None:
     source = ScrapeSource(clock=ManualClock(T0), urls=[s.url for s in servers], model_name="m")
     result = source.read()
@@ -45,6 +48,7 @@ def test_scrape_reads_every_pod(servers: list[MetricsServer]) -> None:
     assert all(s.time_s == T0 and s.status is SampleStatus.OK for s in result.samples)
 
 
+@LOOPBACK
 def test_scrape_failures_are_recorded_not_raised(servers: list[MetricsServer]) -> None:
     servers[0].behaviour = Behaviour.FAIL
     servers[1].behaviour = Behaviour.HANG
@@ -64,6 +68,7 @@ def test_scrape_failures_are_recorded_not_raised(servers: list[MetricsServer]) -
     }
 
 
+@LOOPBACK
 def test_scrape_timeouts_run_concurrently(servers: list[MetricsServer]) -> None:
     for server in servers:
         server.behaviour = Behaviour.HANG
@@ -74,12 +79,14 @@ def test_scrape_timeouts_run_concurrently(servers: list[MetricsServer]) -> None:
     assert len(result.failures) == 3 and result.samples == ()
 
 
+@LOOPBACK
 def test_scrape_of_a_non_vllm_endpoint(servers: list[MetricsServer]) -> None:
     servers[0].body = lambda: "# TYPE up gauge\nup 1\n"
     result = ScrapeSource(clock=ManualClock(T0), urls=[servers[0].url]).read()
     assert result.samples[0].status is SampleStatus.NO_VLLM_METRICS
 
 
+@LOOPBACK
 def test_headless_service_is_resolved_every_cycle(servers: list[MetricsServer]) -> None:
     port = servers[0].port
     answers = [["127.0.0.1"], ["127.0.0.1", "127.0.0.2"]]
@@ -103,6 +110,7 @@ def test_headless_service_is_resolved_every_cycle(servers: list[MetricsServer]) 
     assert [f.pod for f in second.failures] == [f"127.0.0.2:{port}"]
 
 
+@LOOPBACK
 def test_real_name_resolution_of_localhost(servers: list[MetricsServer]) -> None:
     source = ScrapeSource(
         clock=ManualClock(T0), service_url=f"http://localhost:{servers[1].port}/metrics"
@@ -191,6 +199,7 @@ def fake_prometheus() -> Iterator[FakePrometheus]:
     fake.stop()
 
 
+@LOOPBACK
 def test_query_returns_typed_samples_with_nan(fake_prometheus: FakePrometheus) -> None:
     fake_prometheus.reply = lambda form: (
         200,
@@ -203,6 +212,7 @@ def test_query_returns_typed_samples_with_nan(fake_prometheus: FakePrometheus) -
     assert samples[1].value != samples[1].value  # NaN kept; the caller decides
 
 
+@LOOPBACK
 def test_query_scalar(fake_prometheus: FakePrometheus) -> None:
     body = {"status": "success", "data": {"resultType": "scalar", "result": [5, "2"]}}
     fake_prometheus.reply = lambda form: (200, json.dumps(body))
@@ -210,6 +220,7 @@ def test_query_scalar(fake_prometheus: FakePrometheus) -> None:
     assert (sample.labels, sample.value) == ({}, 2.0)
 
 
+@LOOPBACK
 @pytest.mark.parametrize(
     ("status", "body", "reason"),
     [
@@ -230,6 +241,7 @@ def test_query_errors_are_prometheus_query_errors(
     assert info.value.reason == reason and info.value.query == "up"
 
 
+@LOOPBACK
 def test_unreachable_prometheus() -> None:
     fake = FakePrometheus(lambda form: (200, vector()))
     url = fake.url
@@ -239,6 +251,7 @@ def test_unreachable_prometheus() -> None:
     assert info.value.reason == QueryFailure.CONNECTION
 
 
+@LOOPBACK
 def test_bearer_token_is_reread_and_trimmed(
     fake_prometheus: FakePrometheus, tmp_path: Path
 ) -> None:
@@ -279,6 +292,7 @@ def test_client_rejects_bad_arguments(tmp_path: Path) -> None:
 # --- Prometheus source over the scripted server --------------------------------------------
 
 
+@LOOPBACK
 def test_prometheus_source_groups_series_by_pod(fake_prometheus: FakePrometheus) -> None:
     now = T0 + 30
 
@@ -333,6 +347,7 @@ def test_prometheus_source_groups_series_by_pod(fake_prometheus: FakePrometheus)
     assert result.samples[1].counters[CounterName.REQUEST_SUCCESS] == 4.0
 
 
+@LOOPBACK
 def test_prometheus_source_drops_stale_pods(fake_prometheus: FakePrometheus) -> None:
     now = T0 + 1000
 
@@ -348,6 +363,7 @@ def test_prometheus_source_drops_stale_pods(fake_prometheus: FakePrometheus) -> 
     assert [(f.pod, f.reason) for f in result.failures] == [("old", FailureReason.STALE)]
 
 
+@LOOPBACK
 def test_prometheus_source_query_failure_raises(fake_prometheus: FakePrometheus) -> None:
     fake_prometheus.reply = lambda form: (503, "down")
     source = PrometheusSource(client=PrometheusClient(fake_prometheus.url), clock=ManualClock(T0))
