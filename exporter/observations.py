@@ -250,7 +250,12 @@ def observe_deployment(
         problems.update(pod_obs.problems)
     status = _status(pods, after, bad)
     if status is ObservationStatus.MODEL_NOT_FOUND:
-        logger.warning("%s: model_name matches no pod's vLLM series", deployment)
+        exposed = sorted({name for s in bad for name in s.model_names})
+        logger.warning(
+            "%s: the configured model_name matches no pod's vLLM series; pods expose: %s",
+            deployment,
+            ", ".join(exposed) or "(no model_name label)",
+        )
     sums = _sum_deltas(pods)
     kv = [s.gauges[GaugeName.KV_USAGE] for s in after.values() if GaugeName.KV_USAGE in s.gauges]
     running = [p.avg_running for p in pods if p.avg_running is not None]

@@ -65,7 +65,8 @@ class SampleStatus(StrEnum):
     INCOMPLETE = "incomplete"
 
 
-# Candidate exposed names per logical signal, newest first (ecosystem §1.4). Counter samples
+# Candidate exposed names per logical signal, newest first (ecosystem §1.4): the first is the
+# current name, any other a legacy one. Counter samples
 # always carry `_total` whatever the vLLM version (ecosystem §1.1).
 COUNTER_SOURCES: Mapping[CounterName, tuple[str, ...]] = MappingProxyType(
     {
@@ -96,7 +97,6 @@ GAUGE_SOURCES: Mapping[GaugeName, tuple[str, ...]] = MappingProxyType(
         GaugeName.KV_USAGE: ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     }
 )
-# The first candidate of each signal is the current name; any other one is a legacy name.
 REQUIRED_COUNTERS = (CounterName.REQUEST_SUCCESS,)
 
 
@@ -227,14 +227,17 @@ def sample_from_series(
     process_start: float | None = None
     wanted = [raw for raw in series if raw.name in _WANTED]
     canonical = {raw.name for raw in wanted if raw.name not in _ESCAPED}
+    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
     for raw in wanted:
         if raw.name in _ESCAPED:
             if _ESCAPED[raw.name] in canonical:
                 continue  # the pod has the canonical spelling too: do not count it twice
             raw = replace(raw, name=_ESCAPED[raw.name])
-        if not _type_ok(raw):
-            rejected += 1
+        key = (raw.name, frozenset((k, v) for k, v in raw.labels.items() if k != "__name__"))
+        if key in seen or not _type_ok(raw):
+            rejected += 1  # a repeated series would be summed twice; a mistyped one is junk
             continue
+        seen.add(key)
         if raw.name == PROCESS_START_METRIC:
             if math.isfinite(raw.value) and raw.value > 0:
                 process_start = raw.value
@@ -264,7 +267,8 @@ def sample_from_series(
     else:
         status = SampleStatus.OK
     if status is SampleStatus.MODEL_NOT_FOUND:
-        logger.warning(
+        # Debug here: observe_deployment() logs the one warning per deployment and cycle.
+        logger.debug(
             "%s: no vLLM series for model_name=%r; exposed model names: %s",
             pod,
             model_name,

@@ -272,10 +272,12 @@ def test_no_pods() -> None:
     assert obs.failures == (failure,) and Problem.FAILED_POD in obs.problems
 
 
-def test_model_name_matching_nothing_is_an_error_state() -> None:
+def test_model_name_matching_nothing_is_an_error_state(caplog: pytest.LogCaptureFixture) -> None:
     start = read(T0, sample("a", BASE, T0, model="other"))
     end = read(T0 + W, sample("a", BASE.plus(POD_A), T0 + W, model="other"))
-    obs = observe_deployment(start, end)
+    obs = observe_deployment(start, end, deployment="llama")
+    assert "llama: the configured model_name matches no pod" in caplog.text
+    assert "pods expose: m" in caplog.text
     assert not obs.success and obs.status is ObservationStatus.MODEL_NOT_FOUND
     assert obs.arrival_rate_rps == 0.0 and obs.ttft_ms is None
     assert Problem.MODEL_NOT_FOUND in obs.problems

@@ -132,15 +132,20 @@ def test_model_name_filter_keeps_only_that_model() -> None:
     assert parse(text).counters[CounterName.REQUEST_SUCCESS] == 10.0
 
 
-def test_model_name_matching_nothing_is_an_explicit_state(
-    vllm_metrics_text: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_model_name_matching_nothing_is_an_explicit_state(vllm_metrics_text: str) -> None:
     sample = parse(vllm_metrics_text, model_name="llama")
     assert sample.status is SampleStatus.MODEL_NOT_FOUND
     assert not sample.ok
     assert sample.model_names == ("tiny",)
     assert sample.counters == {}
-    assert "model_name='llama'" in caplog.text and "tiny" in caplog.text
+
+
+def test_repeated_series_is_counted_once() -> None:
+    text = render(PodTotals(success=4))
+    line = 'vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 3.0'
+    sample = parse(text.replace(line, line + "\n" + line))
+    assert sample.counters[CounterName.REQUEST_SUCCESS] == 4.0
+    assert sample.rejected_samples == 1
 
 
 def test_exposition_without_vllm_series() -> None:
