@@ -1,7 +1,9 @@
 """Sweep a live vLLM over request shapes and rates; each point observed by our collector. Issue 9.
 
 For each shape (input x output tokens) the saturation rate is measured first with a burst of
-requests; the points then run at fractions of it, from light load to about 70%. Each point is an
+requests; the points then run at fractions of it, from light load to 60%. The burst overstates
+steady-state capacity (its prefills run together, not between decode steps), so 60% of it
+already keeps most of the batch slots busy: about 70% of what the engine sustains. Each point is an
 open-loop Poisson run from our load generator; after a warm-up, the collector (`ScrapeSource` +
 `observe_deployment`) reads vLLM's own /metrics at the window's start, at two inner marks and at
 its end, so every point carries the whole-window observation and three sub-window ones. The
@@ -20,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,14 +63,17 @@ class Shape:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShapeProbe:
-    """One shape alone and under a burst: single-request latencies (ms), saturation (req/s)."""
+    """One shape alone and under a burst: latencies (ms) from vLLM's histograms, except the
+    client's own TTFT and end-to-end time; saturation (req/s) from the burst's completions."""
 
     shape: Shape
     single_ttft_ms: float
     single_tpot_ms: float
+    single_itl_ms: float
+    single_client_ttft_ms: float
     single_e2e_ms: float
     saturation_rps: float
-    burst_tpot_ms: float
+    burst_itl_ms: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,15 +143,19 @@ def load_spec(server: RunningServer, shape: Shape, rate_rps: float, duration_s: 
                     duration_s=duration_s, max_requests=max_requests)
 
 
-async def probe_shape(server: RunningServer, shape: Shape, rng: np.random.Generator) -> ShapeProbe:
+async def probe_shape(server: RunningServer, source: ScrapeSource, shape: Shape,
+                      rng: np.random.Generator) -> ShapeProbe:
     """Single requests one at a time, then a burst that keeps every batch slot busy."""
-    singles: list[LoadResult] = []
+    singles: list[DeploymentObservation] = []
+    clients: list[LoadResult] = []
     for _ in range(SINGLE_REQUEST_REPEATS):
-        singles.append(await run_load(load_spec(server, shape, 50.0, 10.0, 1), rng))
-    done = [r for result in singles for r in result.completed]
-    burst = await run_load(
-        load_spec(server, shape, 1000.0, 10.0, SATURATION_BURST), rng
-    )
+        before = await asyncio.to_thread(source.read)
+        clients.append(await run_load(load_spec(server, shape, 50.0, 10.0, 1), rng))
+        singles.append(observe_deployment(before, await asyncio.to_thread(source.read)))
+    done = [r for result in clients for r in result.completed]
+    before = await asyncio.to_thread(source.read)
+    burst = await run_load(load_spec(server, shape, 1000.0, 10.0, SATURATION_BURST), rng)
+    burst_obs = observe_deployment(before, await asyncio.to_thread(source.read))
     ends = np.sort([r.end_s for r in burst.completed])
     # Throughput between the first and third quartile of completions: the burst's ramp-up and
     # drain are left out, so the batch is full throughout.
@@ -153,12 +163,20 @@ async def probe_shape(server: RunningServer, shape: Shape, rng: np.random.Genera
     saturation = ((3 * len(ends)) // 4 - len(ends) // 4) / max(q3 - q1, 1e-3)
     return ShapeProbe(
         shape=shape,
-        single_ttft_ms=float(np.median([r.ttft_ms for r in done if r.ttft_ms is not None])),
-        single_tpot_ms=float(np.median([t for r in done if (t := r.tpot_ms) is not None])),
-        single_e2e_ms=float(np.median([r.e2e_ms for r in done])),
+        single_ttft_ms=_median(o.ttft_ms for o in singles),
+        single_tpot_ms=_median(o.request_tpot_ms for o in singles),
+        single_itl_ms=_median(o.itl_ms for o in singles),
+        single_client_ttft_ms=_median(r.ttft_ms for r in done),
+        single_e2e_ms=_median(r.e2e_ms for r in done),
         saturation_rps=float(saturation),
-        burst_tpot_ms=burst.mean_tpot_ms() or float("nan"),
+        burst_itl_ms=burst_obs.itl_ms if burst_obs.itl_ms is not None else float("nan"),
     )
+
+
+def _median(values: Iterable[float | None]) -> float:
+    """Median of the present values; NaN when none is."""
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else float("nan")
 
 
 async def run_point(server: RunningServer, source: ScrapeSource, shape: Shape, fraction: float,
@@ -201,11 +219,12 @@ async def sweep(server: RunningServer, shapes: list[Shape], fractions: tuple[flo
     probes: list[ShapeProbe] = []
     points: list[PointResult] = []
     for shape in shapes:
-        probe = await probe_shape(server, shape, rng)
+        probe = await probe_shape(server, source, shape, rng)
         probes.append(probe)
         if log:
             print(f"shape {shape.input_tokens}/{shape.output_tokens}: single TTFT "
-                  f"{probe.single_ttft_ms:.1f} ms, TPOT {probe.single_tpot_ms:.2f} ms; "
+                  f"{probe.single_ttft_ms:.1f} ms (client {probe.single_client_ttft_ms:.1f}), "
+                  f"TPOT {probe.single_tpot_ms:.2f} ms; "
                   f"saturation {probe.saturation_rps:.2f} req/s", flush=True)
         for fraction in fractions:
             point = await run_point(server, source, shape, fraction, probe.saturation_rps, rng)
