@@ -176,22 +176,28 @@ class PrometheusServer:
         return list(body["data"]["activeTargets"])
 
     def wait_for_scrape(
-        self, *, after_s: float, count: int | None = None, timeout_s: float = 20.0
+        self,
+        *,
+        after_s: float,
+        count: int | None = None,
+        health: str = "up",
+        timeout_s: float = 20.0,
     ) -> None:
-        """Wait until `count` targets (default: all) were scraped up after `after_s` (unix s)."""
+        """Wait until `count` targets (default: all) were scraped after `after_s` (unix s) with
+        the given outcome ("up", or "down" for a failed scrape)."""
         wanted = count if count is not None else len(json.loads(self._targets_file.read_text()))
         deadline = time.monotonic() + timeout_s
         while True:
             fresh = [
                 t
                 for t in self.active_targets()
-                if t.get("health") == "up" and _unix(str(t.get("lastScrape", ""))) > after_s
+                if t.get("health") == health and _unix(str(t.get("lastScrape", ""))) > after_s
             ]
             if len(fresh) >= wanted:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{len(fresh)} of {wanted} targets scraped since {after_s}: "
+                    f"{len(fresh)} of {wanted} targets {health} since {after_s}: "
                     f"{self.active_targets()} {self.log()}"
                 )
             time.sleep(POLL_S)

@@ -125,6 +125,16 @@ def test_prometheus_matches_direct_scrape_on_linear_pods(
         assert obs.ttft_ms == pytest.approx(1000 * (5 * 0.12 + 2 * 0.3) / 7, rel=REL)
         assert obs.avg_input_tokens == pytest.approx((5 * 512 + 2 * 1024) / 7, rel=REL)
         assert obs.avg_running_per_pod == pytest.approx((5 * 1.6 + 2 * 1.4) / 2, rel=REL)
+    # A pod that stops answering: its failed scrape writes staleness markers, so Prometheus no
+    # longer returns its last values and the deployment has one pod left (spec §7.3.6).
+    linear_pods[1].stop()
+    stopped_s = time.time()
+    prom.wait_for_scrape(after_s=stopped_s, count=1, health="down")
+    before = via_prom.read_at(end.time_s)
+    after = observe_deployment(before, via_prom.read())
+    assert sorted(s.pod for s in before.samples) == sorted(p.target for p in linear_pods)
+    assert after.gone_pods == (linear_pods[1].target,)
+    assert [p.pod for p in after.pods] == [linear_pods[0].target]
 
 
 # --- emulated vLLM replicas ----------------------------------------------------------------
