@@ -345,7 +345,7 @@ def test_partial_scrape_one_pod_times_out(
 ) -> None:
     state, servers = two_pods
     clock = ManualClock(T0)
-    source = ScrapeSource(clock=clock, urls=[s.url for s in servers], timeout_s=0.3)
+    source = ScrapeSource(clock=clock, urls=[s.url for s in servers], timeout_s=1.0)
     tracker = WindowTracker("llama")
     tracker.observe(source.read())
     clock.advance(W)
