@@ -1,0 +1,424 @@
+"""Closed-loop autoscaling on the simulated fleet: the paper's Table V, repeated over seeds
+(issue 8 part 4).
+
+The 44-minute load profile (Table IV) for both Table III scenarios, true parameters = Table I
+Llama-3.1-8B, B = 256, M = 8192, KV capacity 449,200 tokens per replica, lengths uniform on
+[x/2, 3x/2], Poisson arrivals, 30 s windows, new replicas ready 90 s after they are asked for
+(removed ones drain), one replica at the start and no known parameters. Arms:
+- queueing: our Recommender fed by the Tuner, driven through the real `Daemon` cycle (steady
+  window filter, per-replica rate, `waiting_queue_grows`, 300 s scale-down stabilization);
+- throughput: the decode-throughput analyzer (paper §IX, Table II defaults);
+- look-ahead: the queueing arm sizing for the rising trend 90 s ahead (`look_ahead_s`);
+- exp-fix, exp-fix+la: EXPERIMENT arms, the two above with the candidate cold-start fixes of
+  bench/closed_loop_experiment.py (not in exporter/ or model/).
+Each window is observed by a perfect collector (bench/closed_loop_support.py), every arm sees
+the same requests (one trace per scenario and seed), and its desired count is applied at the
+window's end. A cycle is over an SLO when its window's mean TTFT (ITL) exceeds the target;
+"outside loading" leaves out the windows in which a replica asked for was still starting;
+"up-ramps" are the windows ending on a rising segment of Table IV or within 90 s after it.
+
+Writes bench/results/closed_loop.json and one PNG per scenario and seed (bench/results/).
+Run: .venv/bin/python bench/closed_loop.py [--seeds N] [--scenario NAME] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.closed_loop_experiment import BacklogRecommender, ShapeTuner  # noqa: E402
+from bench.closed_loop_report import (  # noqa: E402
+    PAPER_TABLE_V,
+    Cycle,
+    Run,
+    Scenario,
+    json_safe,
+    plot_runs,
+    print_combined,
+    print_table,
+    spread,
+    table_columns,
+)
+from bench.closed_loop_support import (  # noqa: E402
+    KV_CAPACITY_TOKENS,
+    WindowView,
+    observe_window,
+)
+from exporter.clock import ManualClock  # noqa: E402
+from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
+from exporter.daemon import Daemon  # noqa: E402
+from exporter.observations import DeploymentObservation, WindowTracker  # noqa: E402
+from exporter.sources import SourceRead  # noqa: E402
+from model.params import ServerConfig, ServiceParams, Workload  # noqa: E402
+from model.simulator import Simulator  # noqa: E402
+from model.throughput_analyzer import ThroughputAnalyzer  # noqa: E402
+from model.workloads import LengthDist, LengthKind, RateProfile, draw_trace  # noqa: E402
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+LLAMA = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)
+SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192)
+WINDOW_S = 30.0
+SAMPLE_S = 1.0  # gauge sampling period inside a window
+STARTUP_DELAY_S = 90.0
+LOOK_AHEAD_S = 90.0
+MAX_JUMP_S = 1.0  # decode runs are cut so the gauges move smoothly
+MAX_REPLICAS = 10
+FIRST_SEED = 20261
+DEFAULT_SEEDS = 5
+QUICK_SECONDS = 1200.0  # --quick: the first 20 minutes (baseline, ramp, mid hold, ramp)
+# Up-ramps of Table IV (s) and the startup delay after each: where look-ahead should help.
+RAMP_UP_S = ((300.0, 480.0), (960.0, 1140.0))
+
+
+SCENARIOS = (
+    Scenario("ttft-bound", 300 / 60, 1024, 512, 50.0, 25.0, "ttft"),
+    Scenario("itl-bound", 120 / 60, 128, 2048, 200.0, 13.0, "itl"),
+)
+
+
+class Arm(StrEnum):
+    """The recommenders compared."""
+
+    QUEUEING = "queueing"
+    THROUGHPUT = "throughput"
+    LOOK_AHEAD = "look-ahead"
+    EXP_FIX = "exp-fix"  # EXPERIMENT: queueing with bench/closed_loop_experiment.py's fixes
+    EXP_FIX_LOOK_AHEAD = "exp-fix+la"  # EXPERIMENT: the same with look-ahead
+
+
+LOOK_AHEAD_ARMS = (Arm.LOOK_AHEAD, Arm.EXP_FIX_LOOK_AHEAD)
+EXPERIMENT_ARMS = (Arm.EXP_FIX, Arm.EXP_FIX_LOOK_AHEAD)
+
+
+# -- the arms --------------------------------------------------------------------------------
+
+
+class _PreparedWindows(WindowTracker):
+    """Hands the daemon the observation the bench prepared, in place of two metric reads."""
+
+    def __init__(self) -> None:
+        super().__init__("sim")
+        self.next: DeploymentObservation | None = None
+
+    def observe(self, read: SourceRead) -> DeploymentObservation:
+        assert self.next is not None
+        return self.next
+
+
+class _NoSource:
+    """A source that reads nothing: the observation comes from `_PreparedWindows`."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self._clock = clock
+
+    def read(self) -> SourceRead:
+        return SourceRead(time_s=self._clock.time(), samples=())
+
+
+@dataclass(slots=True)
+class CycleInfo:
+    """What an arm reports about its decision besides the count."""
+
+    desired: int
+    reason: str
+    tuner_state: str = ""
+    capacity_rps: float | None = None  # the SLO capacity of one replica the decision used
+
+
+class DaemonArm:
+    """Our recommender through the daemon's own cycle (read, observe, tune, decide)."""
+
+    def __init__(self, scenario: Scenario, look_ahead_s: float, experiment: bool) -> None:
+        dep = DeploymentConfig(
+            name="sim",
+            model_name="llama",
+            source=SourceConfig(scrape_urls=("http://sim",)),
+            server=SERVER,
+            slo=SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
+            max_replicas=MAX_REPLICAS,
+            look_ahead_s=look_ahead_s,
+        )
+        self._clock = ManualClock(0.0)
+        self.daemon = Daemon(
+            Config(cycle_period_s=WINDOW_S, deployments=(dep,)),
+            {"sim": _NoSource(self._clock)},
+            CollectorRegistry(),
+            self._clock,
+        )
+        self._runtime = self.daemon.runtimes["sim"]
+        if experiment:
+            self._runtime.tuner = ShapeTuner(
+                dep.server,
+                min_observations=dep.tuner.min_observations,
+                window_size=dep.tuner.window,
+            )
+            self._runtime.recommender = BacklogRecommender(dep)
+        self._feed = _PreparedWindows()
+        self._runtime.tracker = self._feed
+
+    def decide(self, view: WindowView, now_s: float, provisioned: int) -> CycleInfo:
+        self._clock.advance(now_s - self._clock.time())
+        self._feed.next = view.observation
+        snapshot = self.daemon.run_cycle()
+        decision = snapshot.deployments[0].decision
+        desired = provisioned if decision.desired_replicas is None else decision.desired_replicas
+        return CycleInfo(
+            desired,
+            decision.reason.value,
+            self._runtime.tuner.state.value,
+            decision.max_rate_per_replica_rps,
+        )
+
+    @property
+    def params(self) -> ServiceParams | None:
+        return self._runtime.params
+
+
+class ThroughputArm:
+    """The decode-throughput analyzer; q is the count last asked for."""
+
+    def __init__(self) -> None:
+        self.analyzer = ThroughputAnalyzer()
+        self._workload: Workload | None = None
+        self.fits: list[str] = []
+
+    def decide(self, view: WindowView, now_s: float, provisioned: int) -> CycleInfo:
+        obs = view.observation
+        if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
+            self._workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
+        if self._workload is None or obs.ready_pods == 0:
+            return CycleInfo(provisioned, "no_workload")
+        fleet = view.fleet_state(provisioned, KV_CAPACITY_TOKENS)
+        plan = self.analyzer.recommend(
+            obs.arrival_rate_rps, self._workload, fleet, timestamp_s=now_s
+        )
+        self.fits.append(plan.fit.value)
+        return CycleInfo(min(plan.replicas, MAX_REPLICAS), f"{plan.status.value}/{plan.fit.value}")
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+
+def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
+    """Replay the profile through the fleet with one arm deciding every window."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    profile = RateProfile.paper(scenario.base_rps)
+    trace = draw_trace(
+        profile,
+        LengthDist(LengthKind.UNIFORM, scenario.input_tokens),
+        LengthDist(LengthKind.UNIFORM, scenario.output_tokens),
+        rng,
+        duration_s=duration_s,
+    )
+    sim = Simulator(
+        LLAMA,
+        SERVER,
+        replicas=1,
+        kv_capacity_tokens=KV_CAPACITY_TOKENS,
+        startup_delay_s=STARTUP_DELAY_S,
+        max_jump_s=MAX_JUMP_S,
+        record_iterations=True,
+    )
+    sim.add_requests(trace)
+    controller: DaemonArm | ThroughputArm
+    if arm is Arm.THROUGHPUT:
+        controller = ThroughputArm()
+    else:
+        look_ahead_s = LOOK_AHEAD_S if arm in LOOK_AHEAD_ARMS else 0.0
+        controller = DaemonArm(scenario, look_ahead_s, arm in EXPERIMENT_ARMS)
+    out = Run(scenario.name, arm.value, seed)
+    provisioned = 1
+    status = sim.replica_status()
+    steps = int(round(WINDOW_S / SAMPLE_S))
+    for k in range(int(duration_s // WINDOW_S)):
+        t0, t1 = k * WINDOW_S, (k + 1) * WINDOW_S
+        samples = []
+        for j in range(1, steps + 1):
+            sim.run(t0 + j * SAMPLE_S)
+            samples.append(sim.replica_status())
+        emitted = sum(r.emitted_tokens for r in sim.drain_records())
+        view = observe_window(sim.result(), t0, t1, status, samples, emitted_tokens=emitted)
+        status = samples[-1]
+        info = controller.decide(view, t1, provisioned)
+        obs = view.observation
+        out.cycles.append(
+            Cycle(
+                end_s=t1,
+                offered_rps=float(profile.rate_at(t0 + WINDOW_S / 2)),
+                arrival_rps=obs.arrival_rate_rps,
+                provisioned=provisioned,
+                ready=obs.ready_pods,
+                desired=info.desired,
+                reason=info.reason,
+                tuner_state=info.tuner_state,
+                capacity_rps=info.capacity_rps,
+                ttft_ms=obs.ttft_ms,
+                itl_ms=obs.itl_ms,
+                kv_usage_ratio=view.kv_usage_ratio,
+                peak_waiting=view.peak_waiting,
+                loading=view.replica_starting,
+            )
+        )
+        if isinstance(controller, DaemonArm) and out.first_fit_s is None and controller.params:
+            out.first_fit_s = t1
+        sim.set_replicas(info.desired)
+        provisioned = info.desired
+    if isinstance(controller, DaemonArm) and controller.params is not None:
+        out.params = controller.params.to_dict()
+    out.wall_s = time.perf_counter() - start
+    return out
+
+
+# -- summaries -------------------------------------------------------------------------------
+
+
+def _over(values: list[float | None], target: float, keep: list[bool]) -> int:
+    return sum(1 for v, k in zip(values, keep, strict=True) if k and v is not None and v > target)
+
+
+def _quantiles(values: list[float | None]) -> tuple[float, float, float]:
+    seen = np.array([v for v in values if v is not None])
+    if not seen.size:
+        return math.nan, math.nan, math.nan
+    return float(np.median(seen)), float(np.percentile(seen, 90)), float(seen.max())
+
+
+def in_ramp(end_s: float) -> bool:
+    """The window ends on an up-ramp or within one startup delay after it."""
+    return any(lo < end_s <= hi + STARTUP_DELAY_S for lo, hi in RAMP_UP_S)
+
+
+def summarize(run: Run, scenario: Scenario) -> dict[str, float]:
+    """Table V figures of one run (ms, counts of cycles)."""
+    c = run.cycles
+    ttft = [x.ttft_ms for x in c]
+    itl = [x.itl_ms for x in c]
+    every = [True] * len(c)
+    outside = [not x.loading for x in c]
+    ramp = [in_ramp(x.end_s) for x in c]
+    any_over = [
+        (x.ttft_ms is not None and x.ttft_ms > scenario.ttft_ms)
+        or (x.itl_ms is not None and x.itl_ms > scenario.itl_ms)
+        for x in c
+    ]
+    t_med, t_p90, t_max = _quantiles(ttft)
+    i_med, i_p90, i_max = _quantiles(itl)
+    kv = [x.kv_usage_ratio for x in c]
+    return {
+        "cycles": len(c),
+        "mean_replicas": float(np.mean([x.provisioned for x in c])),
+        "peak_replicas": max(x.provisioned for x in c),
+        "ttft_median_ms": t_med,
+        "ttft_p90_ms": t_p90,
+        "ttft_worst_ms": t_max,
+        "itl_median_ms": i_med,
+        "itl_p90_ms": i_p90,
+        "itl_worst_ms": i_max,
+        "ttft_over": _over(ttft, scenario.ttft_ms, every),
+        "itl_over": _over(itl, scenario.itl_ms, every),
+        "any_over": sum(any_over),
+        "any_over_pct": 100.0 * sum(any_over) / len(c),
+        "loading_cycles": sum(x.loading for x in c),
+        "ttft_over_outside_loading": _over(ttft, scenario.ttft_ms, outside),
+        "itl_over_outside_loading": _over(itl, scenario.itl_ms, outside),
+        "any_over_outside_loading": sum(a and o for a, o in zip(any_over, outside, strict=True)),
+        "any_over_outside_loading_pct": 100.0
+        * sum(a and o for a, o in zip(any_over, outside, strict=True))
+        / max(sum(outside), 1),
+        "any_over_in_ramps": sum(a and r for a, r in zip(any_over, ramp, strict=True)),
+        "kv_min": float(min(kv)),
+        "kv_max": float(max(kv)),
+        "peak_queue": max(x.peak_waiting for x in c),
+        "first_fit_s": math.nan if run.first_fit_s is None else run.first_fit_s,
+        "warming_cycles": sum(x.tuner_state == "warming" for x in c),
+    }
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per scenario")
+    parser.add_argument("--scenario", choices=[s.name for s in SCENARIOS], help="only this one")
+    parser.add_argument(
+        "--quick", action="store_true", help="one seed, first 20 minutes, no PNGs or JSON"
+    )
+    parser.add_argument("--arms", default=",".join(a.value for a in Arm), help="comma list")
+    args = parser.parse_args(argv)
+    logging.getLogger("exporter").setLevel(logging.ERROR)
+    seeds = [FIRST_SEED + i for i in range(1 if args.quick else args.seeds)]
+    duration_s = QUICK_SECONDS if args.quick else RateProfile.paper(1.0).duration_s
+    arms = [Arm(a) for a in args.arms.split(",")]
+    scenarios = [s for s in SCENARIOS if args.scenario in (None, s.name)]
+    started = time.perf_counter()
+    results: dict[str, Any] = {"seeds": seeds, "duration_s": duration_s, "scenarios": {}}
+    for scenario in scenarios:
+        per_arm: dict[str, list[dict[str, float]]] = {a.value: [] for a in arms}
+        runs_out: list[dict[str, Any]] = []
+        for seed in seeds:
+            runs = [run_arm(scenario, arm, seed, duration_s) for arm in arms]
+            for run in runs:
+                summary = summarize(run, scenario)
+                per_arm[run.arm].append(summary)
+                runs_out.append(
+                    {
+                        "arm": run.arm,
+                        "seed": seed,
+                        "wall_s": run.wall_s,
+                        "final_params": run.params,
+                        "summary": summary,
+                        "cycles": table_columns(run.cycles),
+                    }
+                )
+                print(
+                    f"  {scenario.name} seed {seed} {run.arm:>10}: {run.wall_s:5.1f} s, "
+                    f"over any {summary['any_over']}/{summary['cycles']} "
+                    f"(outside loading {summary['any_over_outside_loading']}), "
+                    f"mean replicas {summary['mean_replicas']:.2f}, params {run.params}",
+                    flush=True,
+                )
+            if not args.quick:
+                plot_runs(scenario, runs, RESULTS_DIR / f"closed_loop_{scenario.name}_{seed}.png")
+        table = {
+            arm: {key: spread([s[key] for s in summaries]) for key in summaries[0]}
+            for arm, summaries in per_arm.items()
+        }
+        print_table(scenario, table, len(seeds))
+        results["scenarios"][scenario.name] = {
+            "scenario": asdict(scenario),
+            "paper": PAPER_TABLE_V[scenario.name],
+            "table": table,
+            "runs": runs_out,
+        }
+    if len(scenarios) == len(SCENARIOS):
+        results["both_scenarios"] = print_combined(
+            results["scenarios"], [a.value for a in arms], seeds
+        )
+    wall = time.perf_counter() - started
+    results["wall_s"] = wall
+    print(f"\nwall time {wall:.0f} s")
+    if not args.quick:
+        RESULTS_DIR.mkdir(exist_ok=True)
+        path = RESULTS_DIR / "closed_loop.json"
+        path.write_text(json.dumps(json_safe(results), separators=(",", ":")))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

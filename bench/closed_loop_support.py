@@ -1,0 +1,177 @@
+"""A perfect collector over the simulator: one window of its records -> the observations the
+closed loop feeds to each arm (bench/closed_loop.py, issue 8 part 4).
+
+What a collector would read from vLLM, taken exactly from the simulator instead of from metric
+deltas: over the window (start, end],
+- arrival rate = arrivals / window (all replicas), completion rate likewise;
+- token means over the requests that completed in the window; TTFT over the first tokens
+  emitted in it; ITL the mean of the completed requests' own ITLs (vLLM's per-request time per
+  output token, as the emulator's `FleetTruth`);
+- pods: ready (serving) at the window's end; observed = ready at both ends (a collector has two
+  samples of them); new and gone pods are flagged;
+- running and waiting per pod: means over gauge samples taken through the window (ready pods);
+  the backlog test per observed pod is the collector's own (`QUEUE_GROWTH_FACTOR`,
+  `MIN_BACKLOG_GROWTH`);
+- KV usage: KV tokens held over the capacity, at the window's end (vLLM's gauge), mean and max
+  over ready pods; waiting requests at the end, summed (what the throughput analyzer reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.observations import (
+    MIN_BACKLOG_GROWTH,
+    QUEUE_GROWTH_FACTOR,
+    STATUS_MESSAGES,
+    DeploymentObservation,
+    ObservationStatus,
+    Problem,
+)
+from model.replica import ReplicaState
+from model.simulator import ReplicaStatus, SimResult
+from model.throughput_analyzer import FleetState
+
+KV_CAPACITY_TOKENS = 449_200  # Llama-3.1-8B on one H100 (paper §IX), as the emulator uses
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowView:
+    """One window as every arm sees it: our observation, the analyzer's gauges (end of the
+    window), and what the bench judges (peak waiting over the samples, a replica starting)."""
+
+    observation: DeploymentObservation
+    kv_usage_ratio: float  # mean over ready pods at the end, 0-1
+    max_kv_usage_ratio: float
+    waiting_requests: int  # summed over ready pods at the end
+    generated_tokens_rps: float
+    peak_waiting: int  # the most requests waiting fleet-wide in any sample
+    replica_starting: bool  # some replica was still loading during the window
+
+    def fleet_state(self, current_replicas: int, kv_capacity_tokens: float) -> FleetState:
+        """The throughput analyzer's input; current_replicas is the count last asked for."""
+        obs = self.observation
+        return FleetState(
+            kv_utilization=self.kv_usage_ratio,
+            itl_ms=0.0 if obs.itl_ms is None else obs.itl_ms,
+            waiting_requests=float(self.waiting_requests),
+            generated_tokens_rps=self.generated_tokens_rps,
+            ready_replicas=obs.ready_pods,
+            current_replicas=current_replicas,
+            kv_capacity_tokens=kv_capacity_tokens,
+        )
+
+
+def _ready(statuses: Sequence[ReplicaStatus]) -> dict[int, ReplicaStatus]:
+    return {s.index: s for s in statuses if s.state is ReplicaState.READY}
+
+
+def _mean_or_none(values: np.ndarray) -> float | None:
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if values.size else None
+
+
+def observe_window(
+    result: SimResult,
+    start_s: float,
+    end_s: float,
+    start_status: Sequence[ReplicaStatus],
+    samples: Sequence[Sequence[ReplicaStatus]],
+    *,
+    emitted_tokens: int,
+    kv_capacity_tokens: float = KV_CAPACITY_TOKENS,
+    deployment: str = "sim",
+) -> WindowView:
+    """The window (start_s, end_s] of `result`; start_status is the fleet at start_s, samples
+    the fleet at times through the window, the last one at end_s; emitted_tokens counts the
+    output tokens generated in the window."""
+    if not end_s > start_s:
+        raise ValueError(f"`end_s` must be > start_s ({start_s}), got {end_s}")
+    if not samples:
+        raise ValueError("`samples` must hold at least the fleet at end_s, got none")
+    span_s = end_s - start_s
+    before, after = _ready(start_status), _ready(samples[-1])
+    observed = sorted(before.keys() & after.keys())
+    arrived = result.arrived_between(start_s, end_s)
+    done = result.finished_between(start_s, end_s)
+    with np.errstate(invalid="ignore"):
+        firsts = (result.first_token_s > start_s) & (result.first_token_s <= end_s)
+    completed = int(np.count_nonzero(done))
+
+    growing, backlog_total = False, 0.0
+    for pod in observed:
+        backlog = float(
+            after[pod].running + after[pod].waiting - before[pod].running - before[pod].waiting
+        )
+        backlog_total += backlog
+        pod_arrivals = np.count_nonzero(arrived & (result.replica == pod))
+        pod_completed = np.count_nonzero(done & (result.replica == pod))
+        if backlog >= MIN_BACKLOG_GROWTH and pod_arrivals > QUEUE_GROWTH_FACTOR * pod_completed:
+            growing = True
+
+    gauges = [(s.running, s.waiting) for sample in samples for s in _ready(sample).values()]
+    running = float(np.mean([g[0] for g in gauges])) if gauges else None
+    waiting = float(np.mean([g[1] for g in gauges])) if gauges else None
+    kv = [s.kv_tokens / kv_capacity_tokens for s in after.values()]
+
+    problems: set[Problem] = set()
+    new_pods = tuple(str(p) for p in sorted(after.keys() - before.keys()))
+    gone_pods = tuple(str(p) for p in sorted(before.keys() - after.keys()))
+    if new_pods:
+        problems.add(Problem.NEW_POD)
+    if gone_pods:
+        problems.add(Problem.GONE_POD)
+    if completed == 0:
+        problems.add(Problem.NO_COMPLETIONS)
+    if not after:
+        status = ObservationStatus.NO_PODS
+    elif not observed:
+        status = ObservationStatus.WARMING_UP
+    elif completed == 0:
+        status = ObservationStatus.NO_LATENCY
+    else:
+        status = ObservationStatus.OK
+    itl = _mean_or_none(result.itl_ms[done])
+    observation = DeploymentObservation(
+        success=status in (ObservationStatus.OK, ObservationStatus.NO_LATENCY),
+        status=status,
+        message=STATUS_MESSAGES[status],
+        deployment=deployment,
+        window_s=span_s,
+        end_time_s=end_s,
+        ready_pods=len(after),
+        observed_pods=len(observed),
+        arrival_rate_rps=float(np.count_nonzero(arrived)) / span_s,
+        completion_rate_rps=completed / span_s,
+        backlog_change=backlog_total,
+        avg_input_tokens=_mean_or_none(result.input_tokens[done].astype(np.float64)),
+        avg_output_tokens=_mean_or_none(result.output_tokens[done].astype(np.float64)),
+        ttft_ms=_mean_or_none(result.ttft_ms[firsts]),
+        itl_ms=itl,
+        request_tpot_ms=itl,
+        avg_running_per_pod=running,
+        avg_waiting_per_pod=waiting,
+        kv_cache_usage_ratio=float(np.mean(kv)) if kv else None,
+        max_kv_cache_usage_ratio=max(kv) if kv else None,
+        queue_growing=growing,
+        pods=(),
+        new_pods=new_pods,
+        gone_pods=gone_pods,
+        failures=(),
+        problems=tuple(sorted(problems)),
+    )
+    starting = any(
+        s.state is ReplicaState.STARTING for sample in (start_status, *samples) for s in sample
+    )
+    return WindowView(
+        observation=observation,
+        kv_usage_ratio=float(np.mean(kv)) if kv else 0.0,
+        max_kv_usage_ratio=max(kv) if kv else 0.0,
+        waiting_requests=sum(s.waiting for s in after.values()),
+        generated_tokens_rps=emitted_tokens / span_s,
+        peak_waiting=max(sum(s.waiting for s in sample) for sample in samples),
+        replica_starting=starting,
+    )

@@ -1,0 +1,126 @@
+"""The closed-loop bench's perfect collector on a few hand-timed requests.
+
+alpha = 100 ms and negligible beta, gamma: every iteration takes 0.1 s. One replica serves;
+a second one is asked for at t = 0 and is ready at 0.5 s. Requests (arrival s, n, m):
+r0 (0.05, 10, 3): prefill 0.05-0.15 (first token), decodes end 0.25, 0.35 (done);
+r1 (0.12, 10, 2): waits, admitted at 0.15, first token 0.25, done 0.35;
+r2 (1.50, 10, 5): first token 1.60, done 2.00 (on replica 0 or 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.closed_loop_support import observe_window
+from exporter.observations import ObservationStatus, Problem
+from model.params import ServerConfig, ServiceParams
+from model.simulator import Simulator
+from model.workloads import RequestTrace
+
+KV_CAP = 100
+
+
+def _fleet() -> Simulator:
+    sim = Simulator(
+        ServiceParams(100.0, 1e-9, 1e-12),
+        ServerConfig(max_batch_size=4, max_num_batched_tokens=100),
+        replicas=1,
+        kv_capacity_tokens=KV_CAP,
+        startup_delay_s=0.5,
+        record_iterations=True,
+    )
+    sim.add_requests(
+        RequestTrace(np.array([0.05, 0.12, 1.5]), np.array([10, 10, 10]), np.array([3, 2, 5]))
+    )
+    sim.set_replicas(2)
+    return sim
+
+
+def test_first_window_counts_rates_latencies_gauges_and_the_new_pod() -> None:
+    sim = _fleet()
+    start = sim.replica_status()
+    samples = []
+    for t_s in (0.13, 1.0):
+        sim.run(t_s)
+        samples.append(sim.replica_status())
+    emitted = sum(r.emitted_tokens for r in sim.drain_records())
+    view = observe_window(
+        sim.result(), 0.0, 1.0, start, samples, emitted_tokens=emitted, kv_capacity_tokens=KV_CAP
+    )
+    obs = view.observation
+    assert obs.status is ObservationStatus.OK and obs.success
+    assert obs.arrival_rate_rps == pytest.approx(2.0)
+    assert obs.completion_rate_rps == pytest.approx(2.0)
+    assert obs.avg_input_tokens == pytest.approx(10.0)
+    assert obs.avg_output_tokens == pytest.approx(2.5)
+    assert obs.ttft_ms == pytest.approx((100.0 + 130.0) / 2, rel=1e-6)
+    assert obs.itl_ms == pytest.approx(100.0, rel=1e-6)  # r0: 0.2 s / 2 gaps, r1: 0.1 s / 1
+    # Replica 1 became ready inside the window: ready, new, not observed over the whole window.
+    assert (obs.ready_pods, obs.observed_pods, obs.new_pods) == (2, 1, ("1",))
+    assert Problem.NEW_POD in obs.problems
+    assert view.replica_starting
+    # Gauges over (sample, ready replica): at 0.13 replica 0 runs r0 with r1 waiting; at 1.0
+    # both replicas are idle.
+    assert obs.avg_running_per_pod == pytest.approx(1 / 3)
+    assert obs.avg_waiting_per_pod == pytest.approx(1 / 3)
+    assert view.peak_waiting == 1
+    assert not obs.queue_growing and obs.backlog_change == 0.0
+    assert view.generated_tokens_rps == pytest.approx(5.0)  # 1 + 2 + 2 tokens
+    assert view.kv_usage_ratio == 0.0 and view.waiting_requests == 0
+
+
+def test_window_without_completions_has_no_latency_and_a_growing_backlog() -> None:
+    sim = _fleet()
+    start = sim.replica_status()
+    sim.run(0.3)  # inside the last decode step of r0 and r1 (0.25-0.35)
+    view = observe_window(
+        sim.result(),
+        0.0,
+        0.3,
+        start,
+        [sim.replica_status()],
+        emitted_tokens=3,
+        kv_capacity_tokens=KV_CAP,
+    )
+    obs = view.observation
+    assert obs.status is ObservationStatus.NO_LATENCY
+    assert obs.itl_ms is None and obs.avg_output_tokens is None
+    assert obs.ttft_ms == pytest.approx(115.0, rel=1e-6)  # first tokens of r0 and r1
+    # Two arrivals, none done, two more in the system: the collector's backlog test fires.
+    assert obs.queue_growing and obs.backlog_change == 2.0
+    # KV at 0.3 s: r0 holds 10 prompt + 1 decoded token, r1 its 10 prompt tokens.
+    assert view.kv_usage_ratio == pytest.approx(21 / KV_CAP)
+    assert view.generated_tokens_rps == pytest.approx(10.0)
+
+
+def test_later_window_sees_only_its_own_requests() -> None:
+    sim = _fleet()
+    sim.run(1.0)
+    start = sim.replica_status()
+    sim.run(2.2)
+    view = observe_window(
+        sim.result(),
+        1.0,
+        2.2,
+        start,
+        [sim.replica_status()],
+        emitted_tokens=5,
+        kv_capacity_tokens=KV_CAP,
+    )
+    obs = view.observation
+    assert obs.arrival_rate_rps == pytest.approx(1 / 1.2)
+    assert obs.avg_output_tokens == pytest.approx(5.0)
+    assert obs.ttft_ms == pytest.approx(100.0, rel=1e-6)
+    assert obs.itl_ms == pytest.approx(100.0, rel=1e-6)  # 0.4 s over 4 gaps
+    assert (obs.ready_pods, obs.observed_pods, obs.new_pods) == (2, 2, ())
+    assert not view.replica_starting
+
+
+def test_window_must_have_a_length_and_samples() -> None:
+    sim = _fleet()
+    res, status = sim.run(1.0), sim.replica_status()
+    with pytest.raises(ValueError, match=r"`end_s` must be > start_s"):
+        observe_window(res, 1.0, 1.0, status, [status], emitted_tokens=0)
+    with pytest.raises(ValueError, match=r"`samples` must hold"):
+        observe_window(res, 0.0, 1.0, status, [], emitted_tokens=0)
