@@ -129,10 +129,14 @@ class Recommender:
             return _decision(current, Reason.FIRST_WINDOW, current=current)
         rate = obs.arrival_rate_rps
         self._rates.append((now_s, rate))
-        if params is None:
-            return self._stabilized(now_s, current, None, Reason.TUNER_WARMING, current, rate)
-        if workload is None:
-            return self._stabilized(now_s, current, None, Reason.NO_WORKLOAD, current, rate)
+        if params is None or workload is None:
+            # Without a model, the wait queue is the only capacity signal there is.
+            if waiting_queue_grows(obs):
+                wanted, reason = min(current + 1, dep.max_replicas), Reason.QUEUE_GROWING
+            else:
+                wanted = current
+                reason = Reason.TUNER_WARMING if params is None else Reason.NO_WORKLOAD
+            return self._stabilized(now_s, wanted, None, reason, current, rate)
         sizing_rate = self.projected_rate(rate)
         plan = replicas_for_slo(
             sizing_rate,

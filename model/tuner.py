@@ -46,6 +46,11 @@ DEFAULT_SATURATION_FRACTION = 1.0  # of the model's saturation rate; None turns 
 DEFAULT_LOWER_BOUNDS = ServiceParams(1e-2, 1e-6, 1e-10)
 DEFAULT_UPPER_BOUNDS = ServiceParams(1e4, 1e2, 1.0)
 STATE_VERSION = 1
+# With no fully identified estimate yet, a fit that leaves a parameter unidentified (one request
+# shape: beta and gamma trade off) is still published when it predicts its window this well
+# (mean relative error of TTFT and of ITL): it is right for the shapes the deployment serves,
+# and waiting for a second shape could mean never sizing at all.
+PARTIAL_MAX_ERROR = 0.10
 
 _E = TypeVar("_E", bound=StrEnum)
 
@@ -64,6 +69,7 @@ class TunerReason(StrEnum):
     COLLECTING = "collecting"
     SEEDED = "seeded"
     ACCEPTED = "accepted"
+    ACCEPTED_PARTIAL = "accepted_partial"
     NOT_CONVERGED = "not_converged"
     UNSTABLE = "unstable"
     UNIDENTIFIED = "unidentified"
@@ -82,6 +88,8 @@ TUNER_MESSAGES: Mapping[TunerReason, str] = MappingProxyType(
         TunerReason.COLLECTING: "collecting observations for the first fit",
         TunerReason.SEEDED: "holding the initial parameters until the window can be fitted",
         TunerReason.ACCEPTED: "the window fit was accepted",
+        TunerReason.ACCEPTED_PARTIAL: "the window fit predicts the observed request shapes but "
+        "does not identify every parameter",
         TunerReason.NOT_CONVERGED: "the window fit did not converge",
         TunerReason.UNSTABLE: "the window fit leaves an observation at or above saturation",
         TunerReason.UNIDENTIFIED: "the window does not identify every parameter",
@@ -179,6 +187,7 @@ class Tuner:
         self._fit_count = 0
         self._skipped = dict.fromkeys(SkipReason, 0)
         self._saturated_run = 0  # model-saturated observations skipped in a row
+        self._partial = False  # the estimate came from a fit that did not identify everything
 
     @property
     def params(self) -> ServiceParams | None:
@@ -231,14 +240,16 @@ class Tuner:
         result, dropped = self._refit()
         self._last_fit = result
         verdict = self._judge(result)
-        if verdict is TunerReason.ACCEPTED:
+        accepted = verdict in (TunerReason.ACCEPTED, TunerReason.ACCEPTED_PARTIAL)
+        if accepted:
             self._params = result.params
+            self._partial = verdict is TunerReason.ACCEPTED_PARTIAL
             self._state = TunerState.FITTED
             self._fit_count += 1
         else:
             self._state = TunerState.WARMING if self._params is None else TunerState.HOLDING
         self._reason = verdict
-        return self._status(success=verdict is TunerReason.ACCEPTED, dropped=dropped, result=result)
+        return self._status(success=accepted, dropped=dropped, result=result)
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
@@ -275,17 +286,24 @@ class Tuner:
     def _judge(self, result: FitResult) -> TunerReason:
         if not result.success:
             return _REJECTIONS.get(result.status, TunerReason.NOT_CONVERGED)
-        if not result.all_identified:
-            return TunerReason.UNIDENTIFIED
         values = zip(
             result.params.as_tuple(),
             self.lower_bounds.as_tuple(),
             self.upper_bounds.as_tuple(),
+            result.identified,
             strict=True,
         )
-        if not all(lo <= v <= hi for v, lo, hi in values):
+        # An unidentified parameter is not measured by the window, so its value says nothing
+        # about the deployment; only the identified ones must be physical.
+        if not all(lo <= v <= hi for v, lo, hi, known in values if known):
             return TunerReason.OUT_OF_BOUNDS
-        return TunerReason.ACCEPTED
+        if result.all_identified:
+            return TunerReason.ACCEPTED
+        may_replace = self._params is None or self._partial
+        worst = max(result.ttft_error.mean_ratio, result.itl_error.mean_ratio)
+        if may_replace and any(result.identified) and worst <= PARTIAL_MAX_ERROR:
+            return TunerReason.ACCEPTED_PARTIAL
+        return TunerReason.UNIDENTIFIED
 
     def _status(
         self,
@@ -331,6 +349,7 @@ class Tuner:
             "reason": self._reason.value,
             "params": None if self._params is None else self._params.to_dict(),
             "fit_count": self._fit_count,
+            "partial": self._partial,
             "skipped": {reason.value: count for reason, count in self._skipped.items()},
             "saturated_run": self._saturated_run,
             "window": [obs.to_dict() for obs in self._window],
@@ -365,6 +384,7 @@ class Tuner:
             tuner._last_fit = None if last_fit is None else FitResult.from_dict(last_fit)
             tuner._fit_count = require_int_at_least("fit_count", data["fit_count"], 0)
             tuner._saturated_run = require_int_at_least("saturated_run", data["saturated_run"], 0)
+            tuner._partial = bool(data.get("partial", False))
             for key, count in data["skipped"].items():
                 skip = _enum(SkipReason, "skipped", key)
                 tuner._skipped[skip] = require_int_at_least(f"skipped.{key}", count, 0)

@@ -199,3 +199,9 @@ def test_look_ahead_sizes_for_the_rising_trend() -> None:
     for k in range(4):
         last = falling.decide(30.0 * k, observation((3.0 - 0.5 * k) * CAPACITY, 3), LLAMA, SHAPE)
     assert last.sizing_rate_rps == pytest.approx(1.5 * CAPACITY)
+
+
+def test_growing_queue_adds_a_replica_even_while_the_tuner_warms() -> None:
+    rec = Recommender(deployment())
+    decision = rec.decide(0.0, observation(5.0, 1, growing=True), None, SHAPE)
+    assert decision.desired_replicas == 2 and decision.reason is Reason.QUEUE_GROWING
