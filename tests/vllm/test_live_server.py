@@ -143,14 +143,16 @@ def test_steady_window_agrees_with_the_load_generator(vllm: RunningServer) -> No
     assert within(prompt, sum(r.prompt_tokens for r in done))
     assert within(generated, sum(r.output_tokens for r in done))
 
-    # Latencies mean what they say: the server's TTFT excludes the HTTP round trip the client
-    # sees, and both sides' per-request TPOT describe the same decode steps.
+    # Latencies mean what they say. The server's TTFT excludes the HTTP path the client sees.
+    # With every request the same length, the token-weighted ITL and the mean of per-request
+    # TPOTs describe the same decode steps (requests straddling the window edges aside). The
+    # client's TPOT is only a loose check: on a busy core it reads several chunks at once.
     client_ttft = float(np.mean([r.ttft_ms for r in done if r.ttft_ms is not None]))
     client_tpot = float(np.mean([t for r in done if (t := r.tpot_ms) is not None]))
     assert window.ttft_ms is not None and 0 < window.ttft_ms <= 1.05 * client_ttft + 1.0
-    assert window.request_tpot_ms is not None
-    assert within(window.request_tpot_ms, client_tpot, 0.5)
-    assert window.itl_ms is not None and window.itl_ms > 0
+    assert window.request_tpot_ms is not None and window.itl_ms is not None
+    assert within(window.itl_ms, window.request_tpot_ms, 0.10)
+    assert within(window.request_tpot_ms, client_tpot, 1.0)
     assert window.avg_running_per_pod is not None and window.avg_running_per_pod > 0
 
     # The whole run, drained: every request and token is counted exactly once.
