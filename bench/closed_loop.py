@@ -8,9 +8,7 @@ Llama-3.1-8B, B = 256, M = 8192, KV capacity 449,200 tokens per replica, lengths
 - queueing: our Recommender fed by the Tuner, driven through the real `Daemon` cycle (steady
   window filter, per-replica rate, `waiting_queue_grows`, 300 s scale-down stabilization);
 - throughput: the decode-throughput analyzer (paper §IX, Table II defaults);
-- look-ahead: the queueing arm sizing for the rising trend 90 s ahead (`look_ahead_s`);
-- exp-fix, exp-fix+la: EXPERIMENT arms, the two above with the candidate cold-start fixes of
-  bench/closed_loop_experiment.py (not in exporter/ or model/).
+- look-ahead: the queueing arm sizing for the rising trend 90 s ahead (`look_ahead_s`).
 Each window is observed by a perfect collector (bench/closed_loop_support.py), every arm sees
 the same requests (one trace per scenario and seed), and its desired count is applied at the
 window's end. A cycle is over an SLO when its window's mean TTFT (ITL) exceeds the target;
@@ -40,7 +38,6 @@ from prometheus_client import CollectorRegistry
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.closed_loop_experiment import BacklogRecommender, ShapeTuner  # noqa: E402
 from bench.closed_loop_report import (  # noqa: E402
     PAPER_TABLE_V,
     Cycle,
@@ -96,12 +93,6 @@ class Arm(StrEnum):
     QUEUEING = "queueing"
     THROUGHPUT = "throughput"
     LOOK_AHEAD = "look-ahead"
-    EXP_FIX = "exp-fix"  # EXPERIMENT: queueing with bench/closed_loop_experiment.py's fixes
-    EXP_FIX_LOOK_AHEAD = "exp-fix+la"  # EXPERIMENT: the same with look-ahead
-
-
-LOOK_AHEAD_ARMS = (Arm.LOOK_AHEAD, Arm.EXP_FIX_LOOK_AHEAD)
-EXPERIMENT_ARMS = (Arm.EXP_FIX, Arm.EXP_FIX_LOOK_AHEAD)
 
 
 # -- the arms --------------------------------------------------------------------------------
@@ -142,7 +133,7 @@ class CycleInfo:
 class DaemonArm:
     """Our recommender through the daemon's own cycle (read, observe, tune, decide)."""
 
-    def __init__(self, scenario: Scenario, look_ahead_s: float, experiment: bool) -> None:
+    def __init__(self, scenario: Scenario, look_ahead_s: float) -> None:
         dep = DeploymentConfig(
             name="sim",
             model_name="llama",
@@ -160,13 +151,6 @@ class DaemonArm:
             self._clock,
         )
         self._runtime = self.daemon.runtimes["sim"]
-        if experiment:
-            self._runtime.tuner = ShapeTuner(
-                dep.server,
-                min_observations=dep.tuner.min_observations,
-                window_size=dep.tuner.window,
-            )
-            self._runtime.recommender = BacklogRecommender(dep)
         self._feed = _PreparedWindows()
         self._runtime.tracker = self._feed
 
@@ -239,8 +223,8 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
     if arm is Arm.THROUGHPUT:
         controller = ThroughputArm()
     else:
-        look_ahead_s = LOOK_AHEAD_S if arm in LOOK_AHEAD_ARMS else 0.0
-        controller = DaemonArm(scenario, look_ahead_s, arm in EXPERIMENT_ARMS)
+        look_ahead_s = LOOK_AHEAD_S if arm is Arm.LOOK_AHEAD else 0.0
+        controller = DaemonArm(scenario, look_ahead_s)
     out = Run(scenario.name, arm.value, seed)
     provisioned = 1
     status = sim.replica_status()

@@ -220,8 +220,6 @@ def plot_runs(scenario: Scenario, runs: list[Run], path: Path) -> None:
         "queueing": "tab:blue",
         "throughput": "tab:red",
         "look-ahead": "tab:green",
-        "exp-fix": "tab:purple",
-        "exp-fix+la": "tab:olive",
     }
     t_min = [x.end_s / 60 for x in runs[0].cycles]
     axes[0].plot(t_min, [x.offered_rps for x in runs[0].cycles], "k--", label="offered")

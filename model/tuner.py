@@ -268,7 +268,10 @@ class Tuner:
     def _refit(self) -> tuple[FitResult, Observation | None]:
         """Fit the window; leave out its worst point once if that point is an outlier."""
         window = list(self._window)
-        first = self._fit(window, self._params)
+        # A partial estimate can sit where an unidentified parameter has run to zero, a point a
+        # warm start in log space cannot leave: refit it from the light-traffic guess instead.
+        start = None if self._partial else self._params
+        first = self._fit(window, start)
         if self.residual_threshold <= 0 or len(window) < 2:
             return first, None
         scores = np.hypot(first.residuals[:, 0], first.residuals[:, 1])
