@@ -207,7 +207,9 @@ class Daemon:
             except ValueError as exc:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
         self._tune(runtime, obs)
-        decision = runtime.recommender.decide(now_s, obs, runtime.params, runtime.workload)
+        decision = runtime.recommender.decide(
+            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias()
+        )
         self._log(runtime, decision)
         return obs.success
 

@@ -19,6 +19,9 @@ from exporter.config import DeploymentConfig
 from exporter.observations import DeploymentObservation, ObservationStatus
 from model import ServiceParams, Workload, analyze, replicas_for_slo
 
+# Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
+MAX_BIAS = 0.5
+
 # Look-ahead: the trend is a least-squares slope over this many recent windows (at least 3).
 TREND_WINDOWS = 4
 
@@ -106,9 +109,11 @@ class Recommender:
         observation: DeploymentObservation | None,
         params: ServiceParams | None,
         workload: Workload | None,
+        bias: tuple[float, float] | None = None,
     ) -> Decision:
-        """The decision at wall time now_s (s) from this cycle's inputs."""
-        decision = self._decide(now_s, observation, params, workload)
+        """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
+        mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction."""
+        decision = self._decide(now_s, observation, params, workload, bias)
         self.last = decision
         return decision
 
@@ -118,6 +123,7 @@ class Recommender:
         obs: DeploymentObservation | None,
         params: ServiceParams | None,
         workload: Workload | None,
+        bias: tuple[float, float] | None,
     ) -> Decision:
         dep = self._dep
         if obs is None or obs.status in _UNUSABLE:
@@ -138,13 +144,16 @@ class Recommender:
                 reason = Reason.TUNER_WARMING if params is None else Reason.NO_WORKLOAD
             return self._stabilized(now_s, wanted, None, reason, current, rate)
         sizing_rate = self.projected_rate(rate)
+        # predicted / factor is the bias-corrected prediction, so a target T is met where the
+        # raw prediction stays within T x factor.
+        f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
         plan = replicas_for_slo(
             sizing_rate,
             params,
             dep.server,
             workload,
-            dep.slo.ttft_ms,
-            dep.slo.itl_ms,
+            None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
+            None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
             min_replicas=dep.min_replicas,
             options=dep.model,
         )
@@ -154,8 +163,8 @@ class Recommender:
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": capacity.rate_rps,
             "saturation_rate_per_replica_rps": float(predicted.saturation_rate_rps),
-            "predicted_ttft_ms": float(predicted.ttft_ms),
-            "predicted_itl_ms": float(predicted.itl_ms),
+            "predicted_ttft_ms": float(predicted.ttft_ms) / f_ttft,
+            "predicted_itl_ms": float(predicted.itl_ms) / f_itl,
         }
         if plan.replicas is None:
             return self._stabilized(
@@ -231,6 +240,10 @@ class Recommender:
                 and entry[1] >= 0
             ):
                 self._history.append((float(entry[0]), int(entry[1])))
+
+
+def _factor(bias: float) -> float:
+    return 1.0 + min(max(bias, -MAX_BIAS), MAX_BIAS)
 
 
 def _decision(

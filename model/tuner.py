@@ -221,6 +221,22 @@ class Tuner:
         """Number of accepted fits."""
         return self._fit_count
 
+    def bias(self) -> tuple[float, float] | None:
+        """Mean signed relative error (pred - meas) / meas of the current estimate over the
+        window, (TTFT, ITL); None without an estimate or a window. A model that fits its
+        window well can still be biased on one metric (the fit trades TTFT against ITL);
+        sizing divides predictions by (1 + bias)."""
+        if self._params is None or not self._window:
+            return None
+        errors, _ = FitProblem(list(self._window), self.server, self.options).relative_errors(
+            self._params
+        )
+        finite = np.isfinite(errors).all(axis=1)
+        if not finite.any():
+            return None
+        mean = errors[finite].mean(axis=0)
+        return float(mean[0]), float(mean[1])
+
     @property
     def skipped(self) -> Mapping[SkipReason, int]:
         """Observations kept out of the window so far, per reason."""

@@ -205,3 +205,17 @@ def test_growing_queue_adds_a_replica_even_while_the_tuner_warms() -> None:
     rec = Recommender(deployment())
     decision = rec.decide(0.0, observation(5.0, 1, growing=True), None, SHAPE)
     assert decision.desired_replicas == 2 and decision.reason is Reason.QUEUE_GROWING
+
+
+def test_model_bias_is_corrected_in_sizing_and_predictions() -> None:
+    # The model under-predicts ITL by half on recent windows: a 25 ms target is met only where
+    # the raw prediction stays within 12.5 ms, so capacity shrinks and the prediction grows.
+    plain = Recommender(deployment()).decide(0.0, observation(2.5 * CAPACITY, 3), LLAMA, SHAPE)
+    biased = Recommender(deployment()).decide(
+        0.0, observation(2.5 * CAPACITY, 3), LLAMA, SHAPE, bias=(0.0, -0.5)
+    )
+    itl_capacity = max_rate_for_slo(LLAMA, SERVER, SHAPE, ttft_ms=50, itl_ms=12.5).rate_rps
+    assert biased.max_rate_per_replica_rps == pytest.approx(itl_capacity, rel=1e-6)
+    assert biased.max_rate_per_replica_rps < plain.max_rate_per_replica_rps
+    assert biased.predicted_itl_ms == pytest.approx(plain.predicted_itl_ms / 0.5)
+    assert biased.predicted_ttft_ms == pytest.approx(plain.predicted_ttft_ms)

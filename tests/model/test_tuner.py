@@ -340,3 +340,15 @@ def test_tracks_the_real_grid_in_random_order(model_name: str) -> None:
             published.append(status.params.as_tuple() if status.params else ())
     assert len(published) >= 0.75 * (len(obs) - 4)
     assert np.all(np.abs(np.median(np.array(published), axis=0) / full - 1) < 0.10)
+
+
+def test_bias_is_the_mean_signed_error_of_the_estimate() -> None:
+    tuner = Tuner(SERVER, initial=TRUTH, min_observations=10, window_size=10)
+    assert tuner.bias() is None
+    exact = observations(TRUTH, SERVER, [(1024, 256, 0.3), (512, 512, 0.6)])
+    slow = [replace(o, itl_ms=o.itl_ms * 1.25) for o in exact]  # measured ITL 25 % above model
+    for obs in slow:
+        tuner.update(obs)
+    ttft_bias, itl_bias = tuner.bias()
+    assert ttft_bias == pytest.approx(0.0, abs=1e-9)
+    assert itl_bias == pytest.approx(1 / 1.25 - 1)
