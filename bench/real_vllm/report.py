@@ -42,10 +42,12 @@ class FoldResult:
 
 
 def saturated(observation: dict[str, Any]) -> bool:
-    """Tuner spec §8 / collector spec §8 rules the window data allows: a growing backlog, more
-    than half a request waiting on average, or a KV cache over 95 % full."""
+    """Collector spec §8: any saturation sign the collector saw, or (for sweeps recorded before
+    it reported them) a growing backlog, more than half a request waiting on average, or a KV
+    cache over 95 % full."""
     return bool(
-        observation["queue_growing"]
+        observation.get("saturation")
+        or observation["queue_growing"]
         or (observation["avg_waiting"] or 0.0) > MAX_AVG_WAITING
         or (observation["max_kv_cache_usage_ratio"] or 0.0) > MAX_KV_USAGE_RATIO
     )

@@ -93,6 +93,7 @@ class WindowReading:
     max_kv_cache_usage_ratio: float | None
     queue_growing: bool
     problems: tuple[str, ...]
+    saturation: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +128,7 @@ def reading(obs: DeploymentObservation) -> WindowReading:
         max_kv_cache_usage_ratio=obs.max_kv_cache_usage_ratio,
         queue_growing=obs.queue_growing,
         problems=tuple(str(p) for p in obs.problems),
+        saturation=tuple(str(sign) for sign in obs.saturation),
     )
 
 
