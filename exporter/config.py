@@ -156,10 +156,7 @@ class _Reader:
         if key not in node or node[key] is None:
             self.problems.append(f"{_join(path, key)}: is required ({message})")
             return None
-        value = check(node[key])
-        if value is None:
-            self.fail(_join(path, key), message, node[key])
-        return value
+        return self.get(node, key, path, check, message, None)
 
 
 def _join(path: str, key: str) -> str:

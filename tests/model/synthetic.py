@@ -82,3 +82,23 @@ def relative_errors(actual: ServiceParams, expected: ServiceParams) -> np.ndarra
     ratio = np.array(actual.as_tuple()) / np.array(expected.as_tuple())
     errors: np.ndarray = np.abs(ratio - 1.0)
     return errors
+
+
+def observations_at_rates(
+    params: ServiceParams, server: ServerConfig, points: Sequence[tuple[float, float, float]]
+) -> list[Observation]:
+    """Noise-free Observations at (rate req/s, n, m) points."""
+    rate = np.array([p[0] for p in points], dtype=float)
+    n = np.array([p[1] for p in points], dtype=float)
+    m = np.array([p[2] for p in points], dtype=float)
+    out = analyze_points(params, server, n, m, rate)
+    return [
+        Observation(
+            rate_rps=float(rate[k]),
+            avg_input_tokens=float(n[k]),
+            avg_output_tokens=float(m[k]),
+            ttft_ms=float(out.ttft_ms[k]),
+            itl_ms=float(out.itl_ms[k]),
+        )
+        for k in range(len(points))
+    ]

@@ -31,6 +31,7 @@ from tests.model.synthetic import (
     grid_observations,
     grid_points,
     observations,
+    observations_at_rates,
     relative_errors,
 )
 
@@ -209,21 +210,8 @@ def test_single_operating_point_is_unidentified_b1() -> None:
 
 def test_excited_points_are_identified_b2() -> None:
     server = ServerConfig(max_batch_size=128, max_queue_size=2048)
-    points = [(12, 500, 400), (15, 1500, 1000), (18, 2500, 1600)]
-    rate = np.array([p[0] for p in points]) / 60.0
-    n = np.array([p[1] for p in points], dtype=float)
-    m = np.array([p[2] for p in points], dtype=float)
-    out = analyze_points(T2, server, n, m, rate)
-    obs = [
-        Observation(
-            rate_rps=float(rate[k]),
-            avg_input_tokens=float(n[k]),
-            avg_output_tokens=float(m[k]),
-            ttft_ms=float(out.ttft_ms[k]),
-            itl_ms=float(out.itl_ms[k]),
-        )
-        for k in range(3)
-    ]
+    points = [(12 / 60.0, 500, 400), (15 / 60.0, 1500, 1000), (18 / 60.0, 2500, 1600)]
+    obs = observations_at_rates(T2, server, points)
     result = fit(obs, server, T2)
     assert result.condition_number < 1e4
     collinear = fit(observations(T2, server, [(2000, 1000, 0.3)] * 3), server, T2)

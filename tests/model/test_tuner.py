@@ -18,12 +18,13 @@ from model import (
     TunerState,
     fit,
 )
-from model.analyzer import analyze, analyze_points
+from model.analyzer import analyze
 from model.params import Workload
 from tests.model.synthetic import (
     grid_observations,
     grid_points,
     observations,
+    observations_at_rates,
     relative_errors,
     stream_points,
 )
@@ -293,21 +294,13 @@ def test_refit_is_cheap(clean_stream: list[Observation]) -> None:
 def test_scenarios_d6_d7_recovery_and_outlier_rejection() -> None:
     truth = ServiceParams(16.78, 0.073, 0.00228)  # T1 of test-scenarios.md
     server = ServerConfig(max_batch_size=64)
-    points = [(10, 90, 670), (15, 120, 900), (20, 150, 1100), (12, 100, 750)]
-    rate = np.array([p[0] for p in points]) / 60.0
-    n = np.array([p[1] for p in points], dtype=float)
-    m = np.array([p[2] for p in points], dtype=float)
-    out = analyze_points(truth, server, n, m, rate)
-    clean = [
-        Observation(
-            rate_rps=float(rate[k]),
-            avg_input_tokens=float(n[k]),
-            avg_output_tokens=float(m[k]),
-            ttft_ms=float(out.ttft_ms[k]),
-            itl_ms=float(out.itl_ms[k]),
-        )
-        for k in range(4)
+    points = [
+        (10 / 60.0, 90, 670),
+        (15 / 60.0, 120, 900),
+        (20 / 60.0, 150, 1100),
+        (12 / 60.0, 100, 750),
     ]
+    clean = observations_at_rates(truth, server, points)
     outlier = Observation(
         rate_rps=10 / 60, avg_input_tokens=90, avg_output_tokens=670, ttft_ms=500, itl_ms=5
     )
