@@ -8,6 +8,7 @@ per row, or many rates share a single row.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,6 +19,7 @@ from model.refined import work_extras
 from model.variant import PAPER_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
+_Scalar = TypeVar("_Scalar", bound=np.generic)
 
 RATE_BLOCK = 32  # rates solved together; see solve_chain
 TINY_RATE = 1e-300  # req/ms; stands in for 0 in log space
@@ -56,11 +58,14 @@ class StateTable:
         """max(0, alpha + (x - 1) delta(c)) at occupancy x (per rate), c at column col."""
         return np.maximum(0.0, self.alpha_ms + (occupancy - 1.0) * self.take(self.delta_ms, col))
 
-    def take(self, values: NDArray[np.generic], col: NDArray[np.intp]) -> NDArray[np.generic]:
+    def take(self, values: NDArray[_Scalar], col: NDArray[np.intp]) -> NDArray[_Scalar]:
         """values[row, col] for each rate: its own row, or row 0 when all rates share it."""
+        picked: NDArray[_Scalar]  # numpy types fancy indexing as Any
         if values.shape[0] == 1:
-            return values[0, col]
-        return values[np.arange(col.shape[0]), col]
+            picked = values[0, col]
+        else:
+            picked = values[np.arange(col.shape[0]), col]
+        return picked
 
     @property
     def prefill_ms(self) -> FloatArray:
@@ -252,5 +257,7 @@ def state_probabilities(table: StateTable, rate_per_ms: float, extra_states: int
     if table.max_queue_size is None:
         r = np.exp(log_r)
         total = p.sum() + p[-1] * r / (1.0 - r)  # the truncated geometric remainder
-        return p / total
-    return p / p.sum()
+        probs: FloatArray = p / total
+    else:
+        probs = p / p.sum()
+    return probs

@@ -33,7 +33,7 @@ def chunk_counts(n: FloatArray, m: FloatArray, server: ServerConfig) -> NDArray[
     # Two algebraically equal forms of the positive root; each avoids cancellation on its side.
     with np.errstate(divide="ignore", invalid="ignore"):
         root = np.where(b >= 0, 2.0 * m * n / (sqrt_d + b), (sqrt_d - b) / (2.0 * budget))
-    c = np.maximum(1.0, np.ceil(np.nan_to_num(root, nan=0.0)))
+    c: FloatArray = np.maximum(1.0, np.ceil(np.nan_to_num(root, nan=0.0)))
     c = np.where(chunk_thresholds(c, n, m, budget) < i, c + 1.0, c)
     lower = np.maximum(1.0, c - 1.0)
     c = np.where((c > 1.0) & (chunk_thresholds(lower, n, m, budget) >= i), lower, c)
@@ -44,6 +44,6 @@ def chunk_table(server: ServerConfig, workload: Workload) -> NDArray[np.int64]:
     """c(i) for batch sizes i = 1..B (element i-1), as the spec's iterative definition."""
     n = np.array([[workload.avg_input_tokens]])
     m = np.array([[workload.avg_output_tokens]])
-    table = chunk_counts(n, m, server)[0]
+    table: NDArray[np.int64] = chunk_counts(n, m, server)[0]
     table.flags.writeable = False
     return table

@@ -271,7 +271,7 @@ def _trust_region(problem: FitProblem, x0: FloatArray, max_nfev: int) -> tuple[F
         problem.residuals,
         x0,
         method="trf",
-        diff_step=DIFF_STEP,
+        diff_step=DIFF_STEP,  # type: ignore[arg-type]  # scipy-stubs omits the documented scalar
         ftol=TOLERANCE,
         xtol=TOLERANCE,
         gtol=1e-8,
