@@ -29,7 +29,9 @@ from model.workloads import LengthDist, LengthKind, RateProfile
 TRUE_PARAMS = ServiceParams(6.68, 2.01e-2, 5.52e-5)  # paper Table I, Llama-3.1-8B on H100 (ms)
 NAME = "llama-demo"
 BASE_RPS = 5.0  # 300 RPM: the paper's TTFT-bound scenario (Table III)
-SLO = SloConfig(ttft_ms=50.0, itl_ms=25.0)
+SLO_TTFT_MS = 50.0
+SLO_ITL_MS = 25.0
+SLO = SloConfig(ttft_ms=SLO_TTFT_MS, itl_ms=SLO_ITL_MS)
 CYCLE_S = 30.0  # simulated seconds, as the paper's windows
 STARTUP_DELAY_S = 90.0  # simulated seconds until a new replica serves
 
@@ -67,7 +69,7 @@ class FleetSource:
         ).read()
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="the embedded demo: emulated vLLM fleet + real daemon")
     demo.add_argument(
         "--time-scale",
@@ -205,8 +207,9 @@ def _params_text(p: ServiceParams | None) -> str:
 
 def _summary(rows: list[CycleRow], fleet: EmulatedFleet) -> str:
     measured = [r for r in rows if r.observed_ttft_ms is not None]
-    ttft_over = sum(1 for r in measured if r.observed_ttft_ms > SLO.ttft_ms)  # type: ignore[operator]
-    itl_over = sum(1 for r in measured if (r.observed_itl_ms or 0.0) > SLO.itl_ms)  # type: ignore[operator]
+    ttfts = [r.observed_ttft_ms for r in measured if r.observed_ttft_ms is not None]
+    ttft_over = sum(1 for ttft in ttfts if ttft > SLO_TTFT_MS)
+    itl_over = sum(1 for r in measured if (r.observed_itl_ms or 0.0) > SLO_ITL_MS)
     counts = [r.current for r in rows if r.current is not None]
     final = rows[-1].params if rows else None
     lines = [

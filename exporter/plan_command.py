@@ -40,7 +40,7 @@ CSV_ALIASES = {
 }
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = sub.add_parser("plan", help="latency vs load and replicas needed, for given parameters")
     plan.add_argument("--model", choices=sorted(PRESETS), default="llama-3.1-8b-h100")
     plan.add_argument("--alpha-ms", type=float, help="overrides the preset")
@@ -187,7 +187,16 @@ def read_observations(path: Path) -> list[Observation]:
         points = []
         for line, row in enumerate(reader, start=2):
             try:
-                points.append(Observation(**{k: float(row[c]) for k, c in columns.items()}))
+                values = {k: float(row[c]) for k, c in columns.items()}
+                points.append(
+                    Observation(
+                        rate_rps=values["rate_rps"],
+                        avg_input_tokens=values["avg_input_tokens"],
+                        avg_output_tokens=values["avg_output_tokens"],
+                        ttft_ms=values["ttft_ms"],
+                        itl_ms=values["itl_ms"],
+                    )
+                )
             except ValueError as exc:
                 raise ValueError(f"{path}:{line}: {exc}") from exc
     if not points:
