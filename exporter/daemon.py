@@ -219,7 +219,12 @@ class Daemon:
         previous, runtime.previous_rate_rps = runtime.previous_rate_rps, obs.arrival_rate_rps
         if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
             return
-        if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
+        if (
+            obs.ttft_ms is None
+            or obs.itl_ms is None
+            or obs.avg_input_tokens is None
+            or obs.avg_output_tokens is None
+        ):
             return
         if previous is not None and abs(obs.arrival_rate_rps - previous) > MAX_RATE_CHANGE * max(
             obs.arrival_rate_rps, previous

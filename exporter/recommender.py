@@ -170,13 +170,14 @@ class Recommender:
             return self._stabilized(
                 now_s, dep.max_replicas, None, Reason.SLO_INFEASIBLE, current, rate, **extra
             )
-        wanted, reason = plan.replicas, None
+        wanted = plan.replicas
+        override: Reason | None = None  # None: the model's count stands
         if waiting_queue_grows(obs) and wanted <= current:
             # The estimate lags a growing backlog; the queue itself says capacity is short.
-            wanted, reason = current + 1, Reason.QUEUE_GROWING
+            wanted, override = current + 1, Reason.QUEUE_GROWING
         if wanted > dep.max_replicas:
-            wanted, reason = dep.max_replicas, Reason.MAX_REPLICAS
-        return self._stabilized(now_s, wanted, plan.replicas, reason, current, rate, **extra)
+            wanted, override = dep.max_replicas, Reason.MAX_REPLICAS
+        return self._stabilized(now_s, wanted, plan.replicas, override, current, rate, **extra)
 
     def projected_rate(self, rate: float) -> float:
         """The rate to size for (req/s): the current one, or with look_ahead_s > 0 the recent
