@@ -27,6 +27,7 @@ run: venv
 
 test: venv prometheus
 	$(VENV)/bin/ruff check model exporter tests bench
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not vllm" -q
 
 test-fast: venv
@@ -34,6 +35,7 @@ test-fast: venv
 
 lint: venv
 	$(VENV)/bin/ruff check model exporter tests bench
+	$(VENV)/bin/mypy
 
 # Speed and accuracy figures, printed and written to bench/results/*.json (about 15 min).
 bench: venv
