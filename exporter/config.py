@@ -493,9 +493,10 @@ def _initial_params(r: _Reader, node: Any, path: str) -> ServiceParams | None:
         r.required(m, key, path, _number(0.0), "a number > 0 (ms)")
         for key in ("alpha_ms", "beta_ms", "gamma_ms")
     ]
-    if any(v is None for v in values):
+    alpha, beta, gamma = values
+    if alpha is None or beta is None or gamma is None:
         return None
-    return ServiceParams(*values)  # type: ignore[arg-type]
+    return ServiceParams(alpha, beta, gamma)
 
 
 def _model_options(r: _Reader, node: Any, path: str) -> ModelOptions:

@@ -156,6 +156,8 @@ class FitResult:
             ttft, itl = data["ttft_error"], data["itl_error"]
             identified = tuple(bool(v) for v in data["identified"])
             std_errors = tuple(_none_to_inf(v) for v in data["std_errors"])
+            if len(identified) != 3 or len(std_errors) != 3:
+                raise ValueError(f"`fit_result` must have 3 identified flags, got {identified}")
             result = cls(
                 success=bool(data["success"]),
                 status=status,
@@ -167,13 +169,11 @@ class FitResult:
                 ttft_error=MetricError(_none_to_inf(ttft[0]), _none_to_inf(ttft[1])),
                 itl_error=MetricError(_none_to_inf(itl[0]), _none_to_inf(itl[1])),
                 singular_values=_read_only(singular),
-                identified=identified,  # type: ignore[arg-type]
-                std_errors=std_errors,  # type: ignore[arg-type]
+                identified=identified,
+                std_errors=std_errors,
             )
         except (KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"`fit_result` is malformed: {exc!r}") from exc
-        if len(result.identified) != 3 or len(result.std_errors) != 3:
-            raise ValueError(f"`fit_result` must have 3 identified flags, got {result.identified}")
         return result
 
 
@@ -314,7 +314,11 @@ def _result(
     singular, unit = _unit_std_errors(jac)
     # Identified is a property of the design: the points pin the parameter at the nominal
     # noise. The reported errors use the spread actually left (model misfit included).
-    identified = tuple(bool(noise_level * u <= max_std_error) for u in unit)
+    identified = (
+        bool(noise_level * unit[0] <= max_std_error),
+        bool(noise_level * unit[1] <= max_std_error),
+        bool(noise_level * unit[2] <= max_std_error),
+    )
     finite = weighted[np.isfinite(weighted)]
     spread = max(noise_level, math.sqrt(float(np.sum(finite**2)) / max(weighted.size - 3, 1)))
     std_errors = (spread * unit[0], spread * unit[1], spread * unit[2])
@@ -336,7 +340,7 @@ def _result(
         ttft_error=_metric_error(problem.ttft_ms, errors[:, 0]),
         itl_error=_metric_error(problem.itl_ms, errors[:, 1]),
         singular_values=_read_only(singular),
-        identified=identified,  # type: ignore[arg-type]
+        identified=identified,
         std_errors=std_errors,
     )
 

@@ -8,8 +8,10 @@ variation, the dispersion of the request lengths, and the model's shape (attenti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from model.validation import require_int_at_least, require_non_negative, require_positive
 
@@ -117,14 +119,14 @@ class ModelOptions:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> ModelOptions:
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelOptions:
         arch = data.get("architecture")
         return cls(
             variant=ModelVariant(str(data.get("variant", ModelVariant.PAPER))),
-            arrival_cv=float(data.get("arrival_cv", POISSON_ARRIVAL_CV)),  # type: ignore[arg-type]
-            input_length_cv=float(data.get("input_length_cv", 0.0)),  # type: ignore[arg-type]
-            output_length_cv=float(data.get("output_length_cv", 0.0)),  # type: ignore[arg-type]
-            architecture=None if arch is None else ArchitectureSpec.from_dict(arch),  # type: ignore[arg-type]
+            arrival_cv=float(data.get("arrival_cv", POISSON_ARRIVAL_CV)),
+            input_length_cv=float(data.get("input_length_cv", 0.0)),
+            output_length_cv=float(data.get("output_length_cv", 0.0)),
+            architecture=None if arch is None else ArchitectureSpec.from_dict(arch),
         )
 
 
