@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model import Workload, analyze
+from model import PAPER_MODEL, Workload, analyze
 from model.params import ServerConfig, ServiceParams
 from model.simulator import Router, Simulator
 from model.variant import UNIFORM_HALF_WIDTH_CV, ModelOptions, ModelVariant
@@ -70,9 +70,10 @@ class Point:
 
 def simulate_point(n: int, m: int, fraction: float, requests: int, seed: int) -> Point:
     workload = Workload(float(n), float(m))
-    saturation = float(analyze(LLAMA, SERVER, workload, 0.0).saturation_rate_rps)
-    rate = fraction * saturation
-    response_s = float(analyze(LLAMA, SERVER, workload, rate).avg_response_ms) / 1000.0
+    light = analyze(LLAMA, SERVER, workload, 0.0, options=PAPER_MODEL)
+    rate = fraction * float(light.saturation_rate_rps)
+    at_rate = analyze(LLAMA, SERVER, workload, rate, options=PAPER_MODEL)
+    response_s = float(at_rate.avg_response_ms) / 1000.0
     margin_s = 2.0 * response_s
     span_s = requests / rate
     rng = np.random.default_rng(seed)
@@ -84,7 +85,7 @@ def simulate_point(n: int, m: int, fraction: float, requests: int, seed: int) ->
     res = sim.run()
     keep = (res.arrival_s > margin_s) & (res.arrival_s <= margin_s + span_s)
     seen = Workload(float(res.input_tokens[keep].mean()), float(res.output_tokens[keep].mean()))
-    paper = analyze(LLAMA, SERVER, seen, rate)
+    paper = analyze(LLAMA, SERVER, seen, rate, options=PAPER_MODEL)
     refined = analyze(LLAMA, SERVER, seen, rate, options=REFINED)
     return Point(
         input_tokens=n,

@@ -36,6 +36,7 @@ from model.params import ServerConfig, ServiceParams
 from model.variant import (
     CONSTANT_ARRIVAL_CV,
     LLAMA_3_1_8B,
+    PAPER_MODEL,
     QWEN_2_5_14B,
     UNIFORM_HALF_WIDTH_CV,
     ArchitectureSpec,
@@ -139,7 +140,7 @@ PLOTTED = ("paper", "refined")
 
 def options_for(config: str, model_name: str) -> ModelOptions:
     if config == "paper":
-        return ModelOptions()
+        return PAPER_MODEL
     return ModelOptions(
         variant=ModelVariant.REFINED,
         arrival_cv=1.0 if config == "refined_poisson_cv" else CONSTANT_ARRIVAL_CV,

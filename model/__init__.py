@@ -14,9 +14,16 @@ from model.sizing import (
     replicas_for_slo,
 )
 from model.tuner import SkipReason, Tuner, TunerReason, TunerState, TunerStatus
-from model.variant import PAPER_MODEL, ArchitectureSpec, ModelOptions, ModelVariant
+from model.variant import (
+    DEFAULT_MODEL,
+    PAPER_MODEL,
+    ArchitectureSpec,
+    ModelOptions,
+    ModelVariant,
+)
 
 __all__ = [
+    "DEFAULT_MODEL",
     "PAPER_MODEL",
     "Analysis",
     "ArchitectureSpec",

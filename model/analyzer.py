@@ -16,7 +16,7 @@ from model.chain import StateTable, solve_chain, state_table, workload_table
 from model.params import ServerConfig, ServiceParams, Workload
 from model.refined import refined_latencies
 from model.validation import require_rates
-from model.variant import PAPER_MODEL, ModelOptions
+from model.variant import DEFAULT_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 Value = Any  # float for a scalar rate, a read-only numpy array for an array of rates
@@ -71,7 +71,7 @@ def analyze(
     workload: Workload,
     rate_rps: ArrayLike,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
 ) -> Analysis:
     """Evaluate the model at a scalar rate or a 1-D array of rates (req/s, each >= 0)."""
     rates = require_rates("rate_rps", rate_rps)
@@ -85,7 +85,7 @@ def analyze_points(
     avg_output_tokens: ArrayLike,
     rate_rps: ArrayLike,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
     synchronous: ArrayLike | None = None,
 ) -> Analysis:
     """Evaluate K operating points, each with its own request shape and rate, in one call.
@@ -196,7 +196,7 @@ def max_rate(
     server: ServerConfig,
     workload: Workload,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
 ) -> float:
     """MaxRate = 0.999 B / tau(B): the highest rate sizing considers (req/s). Spec §7."""
     table = workload_table(params, server, workload, options=options)

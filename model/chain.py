@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from model.chunks import chunk_counts
 from model.params import ServerConfig, ServiceParams, Workload
 from model.refined import work_extras
-from model.variant import PAPER_MODEL, ModelOptions
+from model.variant import DEFAULT_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 _Scalar = TypeVar("_Scalar", bound=np.generic)
@@ -43,7 +43,7 @@ class StateTable:
     avg_output_tokens: FloatArray  # m, shape (rows, 1)
     max_batch_size: int
     max_queue_size: int | None
-    options: ModelOptions = PAPER_MODEL  # the variant whose work terms built this table
+    options: ModelOptions = DEFAULT_MODEL  # the variant whose work terms built this table
 
     @property
     def rows(self) -> int:
@@ -95,7 +95,7 @@ def state_table(
     n_tokens: FloatArray,
     m_tokens: FloatArray,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
 ) -> StateTable:
     """Precompute c(i), work terms, tau(i) and log departure rates for i = 1..B, one row per
     request shape (n_tokens, m_tokens: 1-D arrays of equal length). Spec §2, §4; the refined
@@ -139,7 +139,7 @@ def workload_table(
     server: ServerConfig,
     workload: Workload,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
 ) -> StateTable:
     """The one-row state table of a single request shape."""
     n = np.array([workload.avg_input_tokens])

@@ -34,7 +34,7 @@ from model.observation import Observation
 from model.params import ServerConfig, ServiceParams
 from model.residuals import LOG_LOWER, LOG_UPPER, FitProblem, params_from_log
 from model.validation import require_int_at_least, require_positive
-from model.variant import PAPER_MODEL, ModelOptions
+from model.variant import DEFAULT_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 
@@ -213,7 +213,7 @@ def fit(
     server: ServerConfig,
     start: ServiceParams | None = None,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
     method: FitMethod = FitMethod.TRUST_REGION,
     max_nfev: int = DEFAULT_MAX_NFEV,
     noise_level: float = DEFAULT_NOISE_LEVEL,

@@ -140,7 +140,9 @@ def refined_latencies(
     )
     collision = ac_factor * busy * accepted_per_ms * residual_poisson * chunk_work
 
-    itl = (service_ms - prefill) / m
+    # The arrival-seen prefill can exceed the time-average service time when outputs are a
+    # token or two long; no decode step is shorter than one iteration of the request alone.
+    itl = np.maximum((service_ms - prefill) / m, alpha + d)
     ttft = wait_ms + residual + collision + prefill + (decode_iter + d)
 
     if synchronous.any():

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from model.analyzer import analyze_points
 from model.observation import Observation
 from model.params import ServerConfig, ServiceParams
-from model.variant import PAPER_MODEL, ModelOptions
+from model.variant import DEFAULT_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 
@@ -36,7 +36,7 @@ class FitProblem:
         self,
         observations: Sequence[Observation],
         server: ServerConfig,
-        options: ModelOptions = PAPER_MODEL,
+        options: ModelOptions = DEFAULT_MODEL,
     ) -> None:
         if not isinstance(observations, Sequence) or isinstance(observations, str | bytes):
             raise ValueError(

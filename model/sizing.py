@@ -18,12 +18,13 @@ from model.analyzer import MAX_RATE_FRACTION, Analysis, analyze_table
 from model.chain import StateTable, workload_table
 from model.params import ServerConfig, ServiceParams, Workload
 from model.validation import require_int_at_least, require_non_negative, require_optional_target
-from model.variant import PAPER_MODEL, ModelOptions
+from model.variant import DEFAULT_MODEL, ModelOptions
 
 # Lower end of the search, as a fraction of the single-request service rate (Go `RateRange.Min`).
 MIN_RATE_FRACTION = 1e-3
 SCAN_POINTS = 48  # first pass over [min, MaxRate]
 REFINE_POINTS = 24  # points per bracket in each refinement pass
+DENSE_SCAN_POINTS = 512  # second look where chunk steps can hide a crossing
 REFINE_REL_WIDTH = 1e-9  # stop when the bracket is this narrow relative to its lower end
 # Replica counts are ceil(total / capacity); forgive float noise in an exact multiple.
 CEIL_SLACK = 1e-9
@@ -90,39 +91,51 @@ def _first_crossing(
 ) -> dict[str, float | None]:
     """Per metric: the largest rate in [lo, hi] up to which metric <= target, or None if
     the target is missed already at lo."""
-    grid = np.linspace(lo, hi, SCAN_POINTS)
+    found = _crossings(table, lo, dict.fromkeys(targets, hi), targets, SCAN_POINTS)
+    if np.ptp(table.chunks) > 0:
+        # Chunk-count steps make ITL saw-toothed (spec §6): an excursion over the target can
+        # hide between two scan points. Look again, densely, below each rate found.
+        ends = {name: rate for name, rate in found.items() if rate is not None and rate > lo}
+        found.update(_crossings(table, lo, ends, targets, DENSE_SCAN_POINTS))
+    return found
+
+
+def _crossings(
+    table: StateTable,
+    lo: float,
+    ends: dict[str, float],
+    targets: dict[str, float],
+    points: int,
+) -> dict[str, float | None]:
+    """Scan [lo, ends[name]] per metric with `points` rates and refine each first crossing."""
     found: dict[str, float | None] = {}
-    brackets: dict[str, tuple[float, float]] = {}
-    scan = analyze_table(table, grid)
-    for name, target in targets.items():
-        over = np.asarray(getattr(scan, name)) > target
-        if over[0]:
-            found[name] = None
-        elif not over.any():
-            found[name] = hi
-        else:
-            j = int(np.argmax(over))
-            brackets[name] = (float(grid[j - 1]), float(grid[j]))
-    # Refine all open brackets together: one vectorised model call per pass.
+    brackets = {name: (lo, end) for name, end in ends.items()}
+    count = points
+    # Every pass evaluates all open brackets in one vectorised model call.
     while brackets:
         names = list(brackets)
-        points = np.concatenate(
-            [np.linspace(*brackets[name], REFINE_POINTS) for name in names]
-        )
-        result = analyze_table(table, points)
+        grid = np.concatenate([np.linspace(*brackets[name], count) for name in names])
+        result = analyze_table(table, grid)
         for k, name in enumerate(names):
-            part = slice(k * REFINE_POINTS, (k + 1) * REFINE_POINTS)
-            seg = points[part]
+            part = slice(k * count, (k + 1) * count)
+            seg = grid[part]
             over = np.asarray(getattr(result, name))[part] > targets[name]
-            j = int(np.argmax(over)) if over.any() else REFINE_POINTS - 1
-            low, high = float(seg[max(j - 1, 0)]), float(seg[j])
-            if not over.any():  # float noise at the bracket's top: it is all within target
-                low = high
+            if not over.any():  # within the target over the whole bracket
+                found[name] = float(seg[-1])
+                del brackets[name]
+                continue
+            j = int(np.argmax(over))
+            if j == 0:  # missed at the bracket's low end: only possible at lo itself
+                found[name] = None
+                del brackets[name]
+                continue
+            low, high = float(seg[j - 1]), float(seg[j])
             if high - low <= REFINE_REL_WIDTH * max(low, lo):
                 found[name] = low
                 del brackets[name]
             else:
                 brackets[name] = (low, high)
+        count = REFINE_POINTS
     return found
 
 
@@ -133,7 +146,7 @@ def max_rate_for_slo(
     ttft_ms: float | None = None,
     itl_ms: float | None = None,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
 ) -> SloCapacity:
     """Largest per-replica rate (req/s) whose TTFT and ITL (ms) stay within the given targets."""
     ttft_target = require_optional_target("ttft_ms", ttft_ms)
@@ -203,7 +216,7 @@ def replicas_for_slo(
     min_replicas: int = 1,
     max_replicas: int | None = None,
     *,
-    options: ModelOptions = PAPER_MODEL,
+    options: ModelOptions = DEFAULT_MODEL,
 ) -> ReplicaPlan:
     """Replicas needed so that total_rate_rps, split evenly, meets the targets. Spec §9."""
     total = require_non_negative("total_rate_rps", total_rate_rps)

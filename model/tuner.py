@@ -35,7 +35,7 @@ from model.observation import Observation
 from model.params import ServerConfig, ServiceParams
 from model.residuals import FitProblem
 from model.validation import require_int_at_least, require_non_negative, require_positive
-from model.variant import PAPER_MODEL, ModelOptions
+from model.variant import DEFAULT_MODEL, ModelOptions
 
 DEFAULT_MIN_OBSERVATIONS = 5  # spec §13 TUNER_INIT_OBS
 DEFAULT_WINDOW_SIZE = 10  # spec §13 TUNER_WINDOW_SIZE
@@ -143,7 +143,7 @@ class Tuner:
         lower_bounds: ServiceParams = DEFAULT_LOWER_BOUNDS,
         upper_bounds: ServiceParams = DEFAULT_UPPER_BOUNDS,
         max_std_error: float = DEFAULT_MAX_STD_ERROR,
-        options: ModelOptions = PAPER_MODEL,
+        options: ModelOptions = DEFAULT_MODEL,
     ) -> None:
         self.server = ServerConfig() if server is None else server
         if not isinstance(self.server, ServerConfig):

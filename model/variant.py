@@ -1,6 +1,7 @@
 """Which latency assembly the model uses, and the known inputs the refined one needs.
 
-The paper-exact variant (spec §6) is the default. The refined variant ("B5",
+The refined variant is the default (it wins every held-out check on the paper's H100 grid and on
+a real vLLM); the paper-exact variant (spec §6) is what the golden cases pin. The refined ("B5",
 docs/model-refinements.md §6) keeps alpha, beta, gamma and the chain, and adds workload and
 architecture inputs that are known, never fitted: the arrival process's coefficient of
 variation, the dispersion of the request lengths, and the model's shape (attention FLOPs).
@@ -79,7 +80,7 @@ class ModelOptions:
     variant charges no prefill attention (kappa = 0).
     """
 
-    variant: ModelVariant = ModelVariant.PAPER
+    variant: ModelVariant = ModelVariant.REFINED
     arrival_cv: float = POISSON_ARRIVAL_CV  # CV of inter-arrival times
     input_length_cv: float = 0.0  # CV of prompt lengths
     output_length_cv: float = 0.0  # CV of output lengths
@@ -122,7 +123,7 @@ class ModelOptions:
     def from_dict(cls, data: Mapping[str, Any]) -> ModelOptions:
         arch = data.get("architecture")
         return cls(
-            variant=ModelVariant(str(data.get("variant", ModelVariant.PAPER))),
+            variant=ModelVariant(str(data.get("variant", ModelVariant.REFINED))),
             arrival_cv=float(data.get("arrival_cv", POISSON_ARRIVAL_CV)),
             input_length_cv=float(data.get("input_length_cv", 0.0)),
             output_length_cv=float(data.get("output_length_cv", 0.0)),
@@ -130,4 +131,5 @@ class ModelOptions:
         )
 
 
-PAPER_MODEL = ModelOptions()  # the default everywhere: paper-exact, spec §6
+DEFAULT_MODEL = ModelOptions()  # the refined variant, Poisson arrivals: wins the held-out checks
+PAPER_MODEL = ModelOptions(variant=ModelVariant.PAPER)  # paper-exact, spec §6 (golden cases)

@@ -15,13 +15,16 @@ import pytest
 from exporter.config import DeploymentConfig, SloConfig, SourceConfig
 from exporter.observations import DeploymentObservation, ObservationStatus
 from exporter.recommender import Reason, Recommender
-from model import ServerConfig, ServiceParams, Workload, max_rate_for_slo
+from model import PAPER_MODEL, ServerConfig, ServiceParams, Workload, max_rate_for_slo
 
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 SHAPE = Workload(1024, 512)
 SERVER = ServerConfig()
 # Table III TTFT-bound: one replica carries 8.0569 req/s within 50 ms TTFT / 25 ms ITL.
-CAPACITY = max_rate_for_slo(LLAMA, SERVER, SHAPE, ttft_ms=50, itl_ms=25).rate_rps
+# Hand-checkable expectations use the paper variant (Table III numbers).
+CAPACITY = max_rate_for_slo(
+    LLAMA, SERVER, SHAPE, ttft_ms=50, itl_ms=25, options=PAPER_MODEL
+).rate_rps
 
 
 def deployment(**overrides: object) -> DeploymentConfig:
@@ -34,6 +37,7 @@ def deployment(**overrides: object) -> DeploymentConfig:
         "min_replicas": 1,
         "max_replicas": 6,
         "scale_down_stabilization_s": 300.0,
+        "model": PAPER_MODEL,
     }
     values.update(overrides)
     return DeploymentConfig(**values)  # type: ignore[arg-type]
@@ -214,7 +218,9 @@ def test_model_bias_is_corrected_in_sizing_and_predictions() -> None:
     biased = Recommender(deployment()).decide(
         0.0, observation(2.5 * CAPACITY, 3), LLAMA, SHAPE, bias=(0.0, -0.5)
     )
-    itl_capacity = max_rate_for_slo(LLAMA, SERVER, SHAPE, ttft_ms=50, itl_ms=12.5).rate_rps
+    itl_capacity = max_rate_for_slo(
+        LLAMA, SERVER, SHAPE, ttft_ms=50, itl_ms=12.5, options=PAPER_MODEL
+    ).rate_rps
     assert biased.max_rate_per_replica_rps == pytest.approx(itl_capacity, rel=1e-6)
     assert biased.max_rate_per_replica_rps < plain.max_rate_per_replica_rps
     assert biased.predicted_itl_ms == pytest.approx(plain.predicted_itl_ms / 0.5)

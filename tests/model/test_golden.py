@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from model import (
+    PAPER_MODEL,
     ServerConfig,
     ServiceParams,
     Workload,
@@ -110,7 +111,7 @@ ANALYZE_FIELDS = {
 def test_analyze(case: dict[str, Any]) -> None:
     params, server, workload = inputs(case["input"])
     tol = case["tolerance"]
-    result = analyze(params, server, workload, case["input"]["rate_rps"])
+    result = analyze(params, server, workload, case["input"]["rate_rps"], options=PAPER_MODEL)
     exp = case["expected"]
     assert result.stable is exp["stable"]
     for theirs, ours in ANALYZE_FIELDS.items():
@@ -133,7 +134,7 @@ def test_size(case: dict[str, Any]) -> None:
     params, server, workload = inputs(inp)
     rel = case["tolerance"]["rel"]
     ttft, itl = targets(inp)
-    cap = max_rate_for_slo(params, server, workload, ttft_ms=ttft, itl_ms=itl)
+    cap = max_rate_for_slo(params, server, workload, ttft_ms=ttft, itl_ms=itl, options=PAPER_MODEL)
     assert math.isclose(cap.max_rate_rps, exp["max_rate"], rel_tol=1e-9)
     assert math.isclose(cap.min_rate_rps, exp["min_rate"], rel_tol=1e-9)
     if exp["ind_itl"] == -1 and inp["max_batch_size"] == 1:
@@ -167,7 +168,14 @@ def test_replicas(case: dict[str, Any]) -> None:
     rel = case["tolerance"]["rel"]
     for row in case["expected"]["rows"]:
         plan = replicas_for_slo(
-            row["total_rps"], params, server, workload, ttft, itl, inp["min_replicas"]
+            row["total_rps"],
+            params,
+            server,
+            workload,
+            ttft,
+            itl,
+            inp["min_replicas"],
+            options=PAPER_MODEL,
         )
         assert plan.feasible is row["feasible"]
         assert plan.replicas == row["replicas"]
@@ -181,8 +189,12 @@ def test_paper_table_iii_sizing() -> None:
     """Paper Table III with Table I Llama: 8.0569 req/s TTFT-bound, 2.7562 req/s ITL-bound."""
     llama = ServiceParams(6.68, 2.01e-2, 5.52e-5)
     server = ServerConfig()
-    ttft_bound = max_rate_for_slo(llama, server, Workload(1024, 512), ttft_ms=50, itl_ms=25)
-    itl_bound = max_rate_for_slo(llama, server, Workload(128, 2048), ttft_ms=200, itl_ms=13)
+    ttft_bound = max_rate_for_slo(
+        llama, server, Workload(1024, 512), ttft_ms=50, itl_ms=25, options=PAPER_MODEL
+    )
+    itl_bound = max_rate_for_slo(
+        llama, server, Workload(128, 2048), ttft_ms=200, itl_ms=13, options=PAPER_MODEL
+    )
     assert round(ttft_bound.rate_rps, 4) == 8.0569 and ttft_bound.binding == "ttft"
     assert round(itl_bound.rate_rps, 4) == 2.7562 and itl_bound.binding == "itl"
 
@@ -192,8 +204,8 @@ def test_vector_matches_golden_scalars() -> None:
     case = next(c for c in CASES if c["id"] == "A02_llama_ttftbound_600rpm")
     params, server, workload = inputs(case["input"])
     rates = np.array([0.0003, 1.0, 5.0, 10.0, 12.4, 13.0])
-    curve = analyze(params, server, workload, rates)
+    curve = analyze(params, server, workload, rates, options=PAPER_MODEL)
     for k, rate in enumerate(rates):
-        point = analyze(params, server, workload, float(rate))
+        point = analyze(params, server, workload, float(rate), options=PAPER_MODEL)
         assert curve.ttft_ms[k] == point.ttft_ms
         assert curve.itl_ms[k] == point.itl_ms

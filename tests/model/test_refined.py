@@ -49,11 +49,14 @@ def work_terms(p: ServiceParams, n: float, m: float, cv: float, kappa: float):
 # --- options -------------------------------------------------------------------------------
 
 
-def test_default_is_paper_and_paper_ignores_refined_inputs():
+def test_default_is_refined_and_paper_ignores_refined_inputs():
+    assert ModelOptions().variant is ModelVariant.REFINED
     assert PAPER_MODEL.variant is ModelVariant.PAPER
     rates = np.array([0.5, 5.0, 11.0])
-    plain = analyze(LLAMA, SERVER, SHAPE, rates)
-    dressed = ModelOptions(arrival_cv=0.0, input_length_cv=0.3, architecture=LLAMA_3_1_8B)
+    plain = analyze(LLAMA, SERVER, SHAPE, rates, options=PAPER_MODEL)
+    dressed = ModelOptions(
+        variant=ModelVariant.PAPER, arrival_cv=0.0, input_length_cv=0.3, architecture=LLAMA_3_1_8B
+    )
     same = analyze(LLAMA, SERVER, SHAPE, rates, options=dressed)
     for name in ("ttft_ms", "itl_ms", "avg_service_ms", "max_rate_rps"):
         np.testing.assert_array_equal(getattr(same, name), getattr(plain, name))
@@ -117,8 +120,13 @@ def test_light_load_is_one_idle_prefill_plus_one_decode_iteration(arrival_cv):
 def test_synchronous_runs_have_the_closed_form_at_any_rate():
     a, w_pref, d = work_terms(LLAMA, 1024, 512, CV, LLAMA_3_1_8B.attention_ratio)
     res = analyze_points(
-        LLAMA, SERVER, [1024, 1024], [512, 512], [0.2, 8.0],
-        options=refined(0.0), synchronous=np.array([True, True]),
+        LLAMA,
+        SERVER,
+        [1024, 1024],
+        [512, 512],
+        [0.2, 8.0],
+        options=refined(0.0),
+        synchronous=np.array([True, True]),
     )
     np.testing.assert_allclose(res.ttft_ms, 2 * a + w_pref + d, rtol=1e-12)
     np.testing.assert_allclose(res.itl_ms, a + d, rtol=1e-12)
@@ -275,8 +283,13 @@ def test_grid_errors_at_the_reported_b5_parameters(model, arch, theta, itl_err, 
 
     sync = np.array([r["rate_index"] == "1" for r in rows])
     res = analyze_points(
-        ServiceParams(*theta), SERVER, col("avg_in_tokens"), col("avg_out_tokens"),
-        col("rate_rps"), options=refined(0.0, arch=arch), synchronous=sync,
+        ServiceParams(*theta),
+        SERVER,
+        col("avg_in_tokens"),
+        col("avg_out_tokens"),
+        col("rate_rps"),
+        options=refined(0.0, arch=arch),
+        synchronous=sync,
     )
     ttft, itl = col("ttft_ms"), col("itl_ms")
     assert np.mean(np.abs(res.itl_ms - itl)) / itl.mean() == pytest.approx(itl_err, abs=5e-4)
@@ -288,11 +301,18 @@ def test_fit_problem_passes_synchronous_observations_through():
     from model.residuals import FitProblem
 
     a, w_pref, d = work_terms(LLAMA, 1024, 512, CV, LLAMA_3_1_8B.attention_ratio)
-    closed = Observation(rate_rps=0.3, avg_input_tokens=1024, avg_output_tokens=512,
-                         ttft_ms=2 * a + w_pref + d, itl_ms=a + d, synchronous=True)
+    closed = Observation(
+        rate_rps=0.3,
+        avg_input_tokens=1024,
+        avg_output_tokens=512,
+        ttft_ms=2 * a + w_pref + d,
+        itl_ms=a + d,
+        synchronous=True,
+    )
     problem = FitProblem([closed], SERVER, refined(0.0))
     errors, _ = problem.relative_errors(LLAMA)
     np.testing.assert_allclose(errors, 0.0, atol=1e-12)
-    open_run = FitProblem([closed.__class__(**{**closed.to_dict(), "synchronous": False})],
-                          SERVER, refined(0.0))
+    open_run = FitProblem(
+        [closed.__class__(**{**closed.to_dict(), "synchronous": False})], SERVER, refined(0.0)
+    )
     assert np.abs(open_run.relative_errors(LLAMA)[0]).max() > 1e-3
