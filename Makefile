@@ -51,11 +51,13 @@ test-vllm: venv
 	$(PY) -m bench.real_vllm.prepare
 	$(PY) -m pytest -m vllm tests/vllm -q
 
-# The sweep on a real vLLM, then the fit and its report in bench/results/ (about 20 min).
-validate-vllm: venv
+# The sweep on a real vLLM, then the fit and its report in bench/results/, then the daemon live
+# on it through Prometheus (about 21 min).
+validate-vllm: venv prometheus
 	$(PY) -m bench.real_vllm.prepare
 	$(PY) -m bench.real_vllm.sweep
 	$(PY) -m bench.real_vllm.report
+	$(PY) -m bench.real_vllm.live
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
