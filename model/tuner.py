@@ -49,8 +49,9 @@ STATE_VERSION = 1
 # With no fully identified estimate yet, a fit that leaves a parameter unidentified (one request
 # shape: beta and gamma trade off) is still published when it predicts its window this well
 # (mean relative error of TTFT and of ITL): it is right for the shapes the deployment serves,
-# and waiting for a second shape could mean never sizing at all.
-PARTIAL_MAX_ERROR = 0.10
+# and waiting for a second shape could mean never sizing at all. The bound is loose because
+# sizing corrects a consistent error (Tuner.bias); real engines fit to 15-20 % here.
+PARTIAL_MAX_ERROR = 0.25
 
 _E = TypeVar("_E", bound=StrEnum)
 
