@@ -60,6 +60,15 @@ def client_means(loads: Sequence[LoadResult], start_s: float, end_s: float
     return (float(np.mean(ttfts)) if ttfts else None, float(np.mean(gaps)) if gaps else None)
 
 
+def client_sent_rps(loads: Sequence[LoadResult], start_s: float, end_s: float) -> float | None:
+    """Requests the load generator sent in [start_s, end_s) (unix s), per second."""
+    if not end_s > start_s:
+        return None
+    sent = sum(1 for load in loads for r in load.records
+               if start_s <= load.start_unix_s + r.send_s < end_s)
+    return sent / (end_s - start_s)
+
+
 def _relative_errors(rows: Sequence[dict[str, Any]], metric: str) -> list[float]:
     errors = []
     for row in rows:
@@ -105,8 +114,8 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def document(*, rows: Sequence[CycleRow], loads: Sequence[LoadResult],
              probes: dict[str, ShapeProbe], checks: dict[str, Any], config: dict[str, Any],
-             phases: Sequence[Phase], rates: Sequence[float], startup_s: float, wall_s: float,
-             seed: int) -> dict[str, Any]:
+             variant: str, phases: Sequence[Phase], rates: Sequence[float], startup_s: float,
+             wall_s: float, seed: int) -> dict[str, Any]:
     """Everything the report shows, JSON-safe (seconds in meta, ms in rows as in the table)."""
     period_s = float(config["cycle_period_s"])
     table: list[dict[str, Any]] = []
@@ -115,6 +124,7 @@ def document(*, rows: Sequence[CycleRow], loads: Sequence[LoadResult],
         client_ttft, client_itl = client_means(loads, start_s, row.cycle_time_s)
         entry = asdict(row)
         entry.update(client_ttft_ms=client_ttft, client_itl_ms=client_itl,
+                     client_sent_rps=client_sent_rps(loads, start_s, row.cycle_time_s),
                      step_window=i == 0 or rows[i - 1].phase != row.phase)
         table.append(entry)
     sweep_params = None
@@ -128,6 +138,7 @@ def document(*, rows: Sequence[CycleRow], loads: Sequence[LoadResult],
             "seed": seed,
             "cycle_period_s": period_s,
             "daemon_config": config,
+            "model_variant": variant,
             "requests_sent": sum(load.sent for load in loads),
             "requests_failed": sum(load.failed for load in loads),
         },
@@ -165,13 +176,14 @@ def markdown(doc: dict[str, Any]) -> str:
         "daemon every 2 s; `vllm-sizer run` reads vLLM's series from that Prometheus "
         f"(`prometheus_selector`) every {meta['cycle_period_s']:.0f} s, starting uncalibrated "
         f"(tuner: first fit after {dep['tuner']['min_observations']} steady windows, window "
-        f"{dep['tuner']['window']}).",
+        f"{dep['tuner']['window']}; model variant `{meta['model_variant']}`, the default).",
         "",
         f"- SLO targets: TTFT {dep['slo']['ttft_ms']:.0f} ms, ITL {dep['slo']['itl_ms']:.0f} ms;"
         f" replicas {dep['replicas']['min']}-{dep['replicas']['max']}, scale-down "
-        f"stabilization {dep['scale_down_stabilization_s']:.0f} s. With the sweep's fit, at "
-        "512/64 the TTFT target binds near 9 req/s (about 2/3 of the model's saturation) "
-        "and the ITL target near 10 req/s.",
+        f"stabilization {dep['scale_down_stabilization_s']:.0f} s. Chosen from the sweep at "
+        "512/64 (TTFT 64 ms at 6.0 req/s, 97 ms at 11.8; ITL 3.9 and 16.5 ms; model "
+        "saturation 13.5 req/s): the TTFT target binds near 9 req/s, about 2/3 of saturation, "
+        "the ITL target near 10.5 req/s.",
         f"- vLLM startup {meta['server_startup_s']:.0f} s; whole run {meta['wall_s'] / 60:.1f} "
         f"min; {meta['requests_sent']} requests sent, {meta['requests_failed']} failed.",
         "",
@@ -194,11 +206,13 @@ def markdown(doc: dict[str, Any]) -> str:
         "Observed: the daemon's `observed_*` gauges (vLLM's histograms over the window, "
         "through Prometheus); predicted: its `predicted_*` gauges (the model at the window's "
         "rate on the current replicas); client: the load generator's own means over the same "
-        "window (TTFT includes the HTTP path). `*` marks the first window of a phase, which "
+        "window (TTFT includes the HTTP path); seen: the daemon's arrival estimate, sent: the load "
+        "generator's requests between the two cycles. `*` marks the first window of a phase, which "
         "the daemon does not feed to its tuner (rate step > 25 %).",
         "",
-        "| cycle | load | seen (req/s) | TTFT obs / pred / client (ms) | ITL obs / pred / client "
-        "(ms) | desired / current | reason | tuner | alpha, beta, gamma (ms) |",
+        "| cycle | load | seen / sent (req/s) | TTFT obs / pred / client (ms) | "
+        "ITL obs / pred / client (ms) | desired / current | reason | tuner | "
+        "alpha, beta, gamma (ms) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
@@ -206,7 +220,8 @@ def markdown(doc: dict[str, Any]) -> str:
                   f"{r['alpha_ms']:.3g}, {r['beta_ms']:.3g}, {r['gamma_ms']:.3g}")
         lines.append(
             f"| {r['cycle']}{'*' if r['step_window'] else ''} | {r['shape']} @ "
-            f"{r['target_rate_rps']:.2f} | {_num(r['arrival_rate_rps'], 2)} | "
+            f"{r['target_rate_rps']:.2f} | {_num(r['arrival_rate_rps'], 2)} / "
+            f"{_num(r['client_sent_rps'], 2)} | "
             f"{_num(r['observed_ttft_ms'])} / {_num(r['predicted_ttft_ms'])} / "
             f"{_num(r['client_ttft_ms'])} | {_num(r['observed_itl_ms'], 2)} / "
             f"{_num(r['predicted_itl_ms'], 2)} / {_num(r['client_itl_ms'], 2)} | "
@@ -261,9 +276,12 @@ def markdown(doc: dict[str, Any]) -> str:
         "- A window's observation lags the load: Prometheus's newest sample is up to one "
         "scrape (2 s) old, and the queue takes a few seconds to settle after a step, so a "
         "phase's first window mixes two loads (the daemon keeps it out of the fit).",
-        "- The model's TTFT stays nearly flat until close to saturation, while vLLM's rises "
-        "earlier (prefills wait for the running decode steps on one core); the sweep showed "
-        "the same at 25-60 % load.",
+        "- TTFT misses most for the decode-heavy shape (128/256): there a new request's "
+        "prefill waits behind many running decodes, and vLLM's TTFT rises with load earlier "
+        "than the model's; the sweep showed the same.",
+        "- The client's TTFT adds the API server's HTTP and tokenizer path, which starves "
+        "when the shared cores are busy. The daemon sizes on vLLM's own histogram, so the "
+        "TTFT users see can exceed the target while the daemon reports `at_target`.",
         "- The tuner starts with no parameters: until its first fit the daemon predicts "
         "nothing and holds the current replica count (`tuner_warming`).",
         "- No autoscaler acts here, so the pod count stays 1: a count held by the scale-down "
