@@ -207,7 +207,8 @@ class Recommender:
         self._history.append((now_s, wanted))
         desired = max(r for _, r in self._history)
         if reason is None or (desired > wanted and reason is Reason.QUEUE_GROWING):
-            if desired > wanted and desired <= current:
+            # Held above today's need by the window, whether or not the pods have caught up.
+            if desired > wanted:
                 reason = Reason.STABILIZING
             elif desired > current:
                 reason = Reason.SCALE_UP

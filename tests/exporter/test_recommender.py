@@ -225,3 +225,10 @@ def test_model_bias_is_corrected_in_sizing_and_predictions() -> None:
     assert biased.max_rate_per_replica_rps < plain.max_rate_per_replica_rps
     assert biased.predicted_itl_ms == pytest.approx(plain.predicted_itl_ms / 0.5)
     assert biased.predicted_ttft_ms == pytest.approx(plain.predicted_ttft_ms)
+
+
+def test_a_count_held_by_the_window_says_so_even_before_the_pods_arrive() -> None:
+    rec = Recommender(deployment())
+    rec.decide(0.0, observation(2.5 * CAPACITY, 1), LLAMA, SHAPE)  # wants 3, pods still 1
+    held = rec.decide(30.0, observation(0.5 * CAPACITY, 1), LLAMA, SHAPE)  # needs 1 now
+    assert held.desired_replicas == 3 and held.reason is Reason.STABILIZING
