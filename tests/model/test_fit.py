@@ -142,21 +142,8 @@ C5_POINTS = [(10, 90, 670), (15, 120, 900), (20, 150, 1100), (12, 100, 750), (18
 
 def c5_observations() -> list[Observation]:
     server = ServerConfig(max_batch_size=64)
-    rate = np.array([p[0] for p in C5_POINTS]) / 60.0
-    n = np.array([p[1] for p in C5_POINTS], dtype=float)
-    m = np.array([p[2] for p in C5_POINTS], dtype=float)
-    out = analyze_points(T1, server, n, m, rate)
-    return [
-        Observation(
-            rate_rps=float(rate[k]),
-            avg_input_tokens=float(n[k]),
-            avg_output_tokens=float(m[k]),
-            ttft_ms=float(out.ttft_ms[k]),
-            itl_ms=float(out.itl_ms[k]),
-            max_batch_size=64,
-        )
-        for k in range(len(C5_POINTS))
-    ]
+    points = [(rpm / 60.0, n, m) for rpm, n, m in C5_POINTS]
+    return [replace(o, max_batch_size=64) for o in observations_at_rates(T1, server, points)]
 
 
 @pytest.mark.parametrize(
