@@ -14,7 +14,6 @@ Run: .venv/bin/python bench/tuner_speed.py   (shared data: ../shared, or $VLLM_S
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import platform
@@ -29,6 +28,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from exporter.plan_command import read_observations  # noqa: E402
 from model import (  # noqa: E402
     PAPER_MODEL,
     FitMethod,
@@ -64,18 +64,9 @@ GOAL_OFFLINE_S = 1.0
 
 
 def grid(model_name: str) -> list[Observation]:
-    with GRID_CSV.open() as fh:
-        return [
-            Observation(
-                rate_rps=float(r["rate_rps"]),
-                avg_input_tokens=float(r["avg_in_tokens"]),
-                avg_output_tokens=float(r["avg_out_tokens"]),
-                ttft_ms=float(r["ttft_ms"]),
-                itl_ms=float(r["itl_ms"]),
-            )
-            for r in csv.DictReader(fh)
-            if r["model"] == model_name and r["in_paper_fit"] == "1"
-        ]
+    return read_observations(
+        GRID_CSV, keep=lambda r: r["model"] == model_name and r["in_paper_fit"] == "1"
+    )
 
 
 def synthetic_stream(

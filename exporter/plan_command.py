@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -174,8 +175,11 @@ def _plot_plan(
     plt.close(fig)
 
 
-def read_observations(path: Path) -> list[Observation]:
-    """Observations from a CSV (see `fit --help` for the columns); ValueError names the row."""
+def read_observations(
+    path: Path, keep: Callable[[Mapping[str, str]], bool] | None = None
+) -> list[Observation]:
+    """Observations from a CSV (see `fit --help` for the columns), of the rows `keep` accepts;
+    ValueError names the row."""
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         columns = {}
@@ -186,6 +190,8 @@ def read_observations(path: Path) -> list[Observation]:
             columns[name] = found
         points = []
         for line, row in enumerate(reader, start=2):
+            if keep is not None and not keep(row):
+                continue
             try:
                 values = {k: float(row[c]) for k, c in columns.items()}
                 points.append(

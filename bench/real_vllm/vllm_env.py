@@ -1,4 +1,4 @@
-"""The vLLM (CPU build) virtualenv, created once and cached under bench/real_vllm/cache/. Issue 9."""
+"""The vLLM (CPU build) virtualenv, created once and cached in bench/real_vllm/cache/ (issue 9)."""
 
 from __future__ import annotations
 

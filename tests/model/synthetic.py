@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from exporter.plan_command import read_observations
 from model import Observation, ServerConfig, ServiceParams
 from model.analyzer import analyze_points
-from tests.conftest import load_paper_grid
+from tests.conftest import shared_path
 
 # Request shapes (avg input tokens, avg output tokens) of the synthetic windows.
 SHAPES: tuple[tuple[float, float], ...] = (
@@ -24,17 +25,10 @@ LOADS: tuple[float, ...] = (0.2, 0.5, 0.8)  # fractions of the shape's saturatio
 
 def grid_observations(model_name: str) -> list[Observation]:
     """The paper's 112 fitted H100 points of one model (in_paper_fit = 1)."""
-    return [
-        Observation(
-            rate_rps=float(row["rate_rps"]),
-            avg_input_tokens=float(row["avg_in_tokens"]),
-            avg_output_tokens=float(row["avg_out_tokens"]),
-            ttft_ms=float(row["ttft_ms"]),
-            itl_ms=float(row["itl_ms"]),
-        )
-        for row in load_paper_grid()
-        if row["model"] == model_name and row["in_paper_fit"] == "1"
-    ]
+    return read_observations(
+        shared_path("data", "paper-grid", "h100-grid.csv"),
+        keep=lambda row: row["model"] == model_name and row["in_paper_fit"] == "1",
+    )
 
 
 def observations(
