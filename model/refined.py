@@ -109,10 +109,13 @@ def refined_latencies(
 
     # What an arrival sees: others present and whether an iteration is in progress.
     poisson_share = min(ca2, 1.0)
-    seen_const = seen_at_constant_rate(service_ms, rate_per_ms)
-    busy_const = busy_at_constant_rate(service_ms, rate_per_ms)
-    seen = poisson_share * sol.batch_occupancy + (1.0 - poisson_share) * seen_const
-    busy = poisson_share * (1.0 - sol.p_empty) + (1.0 - poisson_share) * busy_const
+    seen = sol.batch_occupancy
+    busy = 1.0 - sol.p_empty
+    if poisson_share < 1.0:  # Poisson arrivals (the default) need no constant-rate view
+        seen_const = seen_at_constant_rate(service_ms, rate_per_ms)
+        busy_const = busy_at_constant_rate(service_ms, rate_per_ms)
+        seen = poisson_share * seen + (1.0 - poisson_share) * seen_const
+        busy = poisson_share * busy + (1.0 - poisson_share) * busy_const
 
     col = np.clip(np.floor(seen + 1.5), 1, big_b).astype(np.intp) - 1  # round(X_o + 1)
     chunk_count = table.take(table.chunks, col)

@@ -23,9 +23,9 @@ from model.variant import DEFAULT_MODEL, ModelOptions
 # Lower end of the search, as a fraction of the single-request service rate (Go `RateRange.Min`).
 MIN_RATE_FRACTION = 1e-3
 SCAN_POINTS = 48  # first pass over [min, MaxRate]
-REFINE_POINTS = 24  # points per bracket in each refinement pass
+REFINE_POINTS = 32  # points per bracket in each refinement pass
 DENSE_SCAN_POINTS = 512  # second look where chunk steps can hide a crossing
-REFINE_REL_WIDTH = 1e-9  # stop when the bracket is this narrow relative to its lower end
+REFINE_REL_WIDTH = 1e-7  # stop when the bracket is this narrow relative to its lower end
 # Replica counts are ceil(total / capacity); forgive float noise in an exact multiple.
 CEIL_SLACK = 1e-9
 
