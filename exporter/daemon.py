@@ -24,7 +24,7 @@ from exporter.observations import DeploymentObservation, ObservationStatus, Wind
 from exporter.promapi import PrometheusClient
 from exporter.recommender import Decision, Recommender, waiting_queue_grows
 from exporter.server import WhatIf
-from exporter.sources import PrometheusSource, ScrapeSource, Source
+from exporter.sources import HistorySource, PrometheusSource, ScrapeSource, Source
 from exporter.statefile import StateFile
 from model import ServiceParams, Workload, analyze, replicas_for_slo
 from model.observation import Observation
@@ -185,6 +185,9 @@ class Daemon:
 
     def _cycle_deployment(self, runtime: DeploymentRuntime, now_s: float) -> bool:
         dep = runtime.config
+        source = runtime.source
+        if not runtime.tracker.primed and isinstance(source, HistorySource):
+            self._prime(runtime, source, now_s - self.config.cycle_period_s)
         try:
             read = runtime.source.read()
         except SourceError as exc:
@@ -212,6 +215,13 @@ class Daemon:
         )
         self._log(runtime, decision)
         return obs.success
+
+    def _prime(self, runtime: DeploymentRuntime, source: HistorySource, past_s: float) -> None:
+        """Read one period back so the first cycle already closes a window."""
+        try:
+            runtime.tracker.observe(source.read_at(past_s))
+        except SourceError as exc:  # the cycle's own read reports and counts the failure
+            logger.info("%s: no history to start from (%s)", runtime.config.name, exc)
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
         """Feed one per-replica observation to the tuner when the window is steady and has

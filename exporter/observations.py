@@ -300,6 +300,11 @@ class WindowTracker:
         self._deployment = deployment
         self._previous: SourceRead | None = None
 
+    @property
+    def primed(self) -> bool:
+        """True once a read has been seen, so the next one closes a window."""
+        return self._previous is not None
+
     def observe(self, read: SourceRead) -> DeploymentObservation:
         """The observation from the previous read to `read` (WARMING_UP on the first)."""
         previous = self._previous or SourceRead(time_s=read.time_s, samples=())

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -74,6 +74,16 @@ class Source(Protocol):
     """Reads every pod of one deployment once."""
 
     def read(self) -> SourceRead: ...
+
+
+@runtime_checkable
+class HistorySource(Protocol):
+    """A source that can also read the past (Prometheus): the daemon's first cycle then has a
+    whole window instead of a first read."""
+
+    def read(self) -> SourceRead: ...
+
+    def read_at(self, time_s: float) -> SourceRead: ...
 
 
 Resolver = Callable[[str, int], list[str]]

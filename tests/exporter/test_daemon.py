@@ -235,3 +235,34 @@ def test_a_changed_configuration_reseeds_from_the_saved_estimate(fleet, tmp_path
                     StateFile(state))  # fmt: skip
     tuner = second.runtimes["llama"].tuner
     assert tuner.window_size == 20 and tuner.params == saved
+
+
+class HistoryFleetSource(FleetSource):
+    """The emulated fleet plus a remembered past read, as Prometheus can give."""
+
+    def __init__(self, fleet: EmulatedFleet, past: SourceRead) -> None:
+        super().__init__(fleet)
+        self.past = past
+        self.asked: list[float] = []
+
+    def read_at(self, time_s: float) -> SourceRead:
+        self.asked.append(time_s)
+        return self.past
+
+
+def test_a_source_with_history_gives_a_window_on_the_first_cycle(fleet) -> None:  # type: ignore[no-untyped-def]
+    emulated, clock = fleet
+    for _ in range(int(CYCLE_S)):
+        clock.advance(1.0)
+        emulated.sync()
+    past = FleetSource(emulated).read()
+    source = HistoryFleetSource(emulated, past)
+    daemon = Daemon(config(), {"llama": source}, CollectorRegistry(), emulated.sim_clock)
+    for _ in range(int(CYCLE_S)):
+        clock.advance(1.0)
+        emulated.sync()
+    status = daemon.run_cycle().deployments[0]
+    assert source.asked == [pytest.approx(emulated.sim_clock.time() - CYCLE_S)]
+    assert status.decision.reason != "first_window" and status.observed_ttft_ms is not None
+    daemon.run_cycle()
+    assert len(source.asked) == 1  # only before the first read
