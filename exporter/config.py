@@ -19,7 +19,8 @@ from exporter.errors import ConfigError
 from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
 
 DEFAULT_CYCLE_PERIOD_S = 30.0
-DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9464"
+DEFAULT_LISTEN_HOST = "0.0.0.0"  # every interface: Prometheus scrapes the pod IP
+DEFAULT_LISTEN_PORT = 9464
 DEFAULT_STABILIZATION_S = 300.0
 DEFAULT_SCRAPE_TIMEOUT_S = 5.0
 DEFAULT_PROMETHEUS_TIMEOUT_S = 10.0
@@ -96,8 +97,8 @@ class Config:
     """The whole daemon configuration."""
 
     cycle_period_s: float = DEFAULT_CYCLE_PERIOD_S
-    listen_host: str = "0.0.0.0"
-    listen_port: int = 9464
+    listen_host: str = DEFAULT_LISTEN_HOST
+    listen_port: int = DEFAULT_LISTEN_PORT
     state_file: Path | None = None
     log_level: str = "info"
     prometheus: PrometheusConfig | None = None
@@ -207,7 +208,7 @@ def _listen(value: Any) -> tuple[str, int] | None:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         return None
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or DEFAULT_LISTEN_HOST, int(port)
 
 
 def _path(value: Any) -> Path | None:
@@ -249,7 +250,7 @@ def parse_config(data: Any) -> Config:
         "",
         _listen,
         "must be HOST:PORT with a port in 1-65535",
-        ("0.0.0.0", 9464),
+        (DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT),
     )
     state_file = r.get(top, "state_file", "", _path, "must be a file path", None)
     log_level = r.get(

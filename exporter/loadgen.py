@@ -158,11 +158,6 @@ class LoadResult:
         values = [r.ttft_ms for r in self.completed if r.ttft_ms is not None]
         return float(np.mean(values)) if values else None
 
-    def mean_tpot_ms(self) -> float | None:
-        """Mean over completed requests of each request's mean time per output token (ms)."""
-        values = [t for r in self.completed if (t := r.tpot_ms) is not None]
-        return float(np.mean(values)) if values else None
-
 
 def arrival_offsets_s(
     rate_rps: float, duration_s: float, max_requests: int, rng: np.random.Generator
@@ -205,9 +200,7 @@ async def run_load(
     deadline_s = start_s + spec.duration_s + spec.drain_s
     records: list[RequestRecord] = []
     if tasks:
-        done, pending = await asyncio.wait(
-            tasks, timeout=max(0.0, deadline_s - clock.monotonic())
-        )
+        done, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline_s - clock.monotonic()))
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -215,24 +208,28 @@ async def run_load(
             if task in done:
                 records.append(task.result())
             else:
-                records.append(_failed(index, RequestStatus.TIMEOUT, float(offsets[index]),
-                                       clock.monotonic() - start_s,
-                                       "not finished by the drain deadline"))
+                records.append(
+                    _failed(
+                        index,
+                        RequestStatus.TIMEOUT,
+                        float(offsets[index]),
+                        clock.monotonic() - start_s,
+                        "not finished by the drain deadline",
+                    )
+                )
     elapsed_s = clock.monotonic() - start_s
     logger.info(
         "load run: rate=%.3f rps shape=%d/%d sent=%d failed=%d elapsed=%.1fs",
-        spec.rate_rps, spec.input_tokens, spec.output_tokens, len(records),
-        sum(1 for r in records if not r.ok), elapsed_s,
+        spec.rate_rps,
+        spec.input_tokens,
+        spec.output_tokens,
+        len(records),
+        sum(1 for r in records if not r.ok),
+        elapsed_s,
     )
-    return LoadResult(spec=spec, start_unix_s=start_unix_s, elapsed_s=elapsed_s,
-                      records=tuple(records))
-
-
-def run_load_sync(
-    spec: LoadSpec, rng: np.random.Generator, clock: Clock | None = None
-) -> LoadResult:
-    """run_load() in a fresh event loop, for callers that are not async."""
-    return asyncio.run(run_load(spec, rng, clock))
+    return LoadResult(
+        spec=spec, start_unix_s=start_unix_s, elapsed_s=elapsed_s, records=tuple(records)
+    )
 
 
 def completion_payload(spec: LoadSpec, prompt: list[int]) -> dict[str, Any]:
@@ -258,20 +255,37 @@ async def _one_request(
             _stream_completion(spec, index, prompt, clock, start_s, send_s), spec.timeout_s
         )
     except TimeoutError:
-        return _failed(index, RequestStatus.TIMEOUT, send_s, clock.monotonic() - start_s,
-                       f"no complete response within {spec.timeout_s} s")
+        return _failed(
+            index,
+            RequestStatus.TIMEOUT,
+            send_s,
+            clock.monotonic() - start_s,
+            f"no complete response within {spec.timeout_s} s",
+        )
     except OSError as exc:
-        return _failed(index, RequestStatus.CONNECT_ERROR, send_s,
-                       clock.monotonic() - start_s, str(exc))
+        return _failed(
+            index, RequestStatus.CONNECT_ERROR, send_s, clock.monotonic() - start_s, str(exc)
+        )
     except (ValueError, asyncio.IncompleteReadError) as exc:
-        return _failed(index, RequestStatus.PROTOCOL_ERROR, send_s,
-                       clock.monotonic() - start_s, str(exc))
+        return _failed(
+            index, RequestStatus.PROTOCOL_ERROR, send_s, clock.monotonic() - start_s, str(exc)
+        )
 
 
-def _failed(index: int, status: RequestStatus, send_s: float, end_s: float,
-            message: str) -> RequestRecord:
-    return RequestRecord(index=index, status=status, send_s=send_s, end_s=end_s, ttft_ms=None,
-                         itl_ms=(), prompt_tokens=0, output_tokens=0, message=message)
+def _failed(
+    index: int, status: RequestStatus, send_s: float, end_s: float, message: str
+) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        status=status,
+        send_s=send_s,
+        end_s=end_s,
+        ttft_ms=None,
+        itl_ms=(),
+        prompt_tokens=0,
+        output_tokens=0,
+        message=message,
+    )
 
 
 async def _stream_completion(
@@ -294,8 +308,13 @@ async def _stream_completion(
         status_code, headers = await _read_head(reader)
         if status_code != 200:
             text = await reader.read(_MAX_ERROR_BODY_BYTES)
-            return _failed(index, RequestStatus.HTTP_ERROR, send_s, clock.monotonic() - start_s,
-                           f"HTTP {status_code}: {text.decode(errors='replace')}")
+            return _failed(
+                index,
+                RequestStatus.HTTP_ERROR,
+                send_s,
+                clock.monotonic() - start_s,
+                f"HTTP {status_code}: {text.decode(errors='replace')}",
+            )
         events = _SseEvents()
         event_times_s: list[float] = []
         async for chunk in _body_chunks(reader, headers):
@@ -315,10 +334,14 @@ async def _stream_completion(
     prompt_tokens = int(usage.get("prompt_tokens", len(prompt)))
     gaps = np.diff(np.asarray(event_times_s)) * 1000.0
     return RequestRecord(
-        index=index, status=RequestStatus.OK, send_s=send_s, end_s=end_s,
+        index=index,
+        status=RequestStatus.OK,
+        send_s=send_s,
+        end_s=end_s,
         ttft_ms=(event_times_s[0] - send_s) * 1000.0,
         itl_ms=tuple(float(g) for g in gaps),
-        prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
     )
 
 

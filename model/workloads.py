@@ -29,7 +29,6 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 POISSON_CV = 1.0
-CONSTANT_CV = 0.0
 DEFAULT_LOGNORMAL_CV = 0.5
 _GAP_BLOCK = 1024
 # Table IV of the paper: (duration min, start multiplier, end multiplier).
