@@ -22,11 +22,11 @@ from exporter.config import Config, DeploymentConfig
 from exporter.errors import SourceError
 from exporter.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.promapi import PrometheusClient
-from exporter.recommender import Decision, Recommender, waiting_queue_grows
+from exporter.recommender import Decision, Recommender, forecast, waiting_queue_grows
 from exporter.server import WhatIf
 from exporter.sources import HistorySource, PrometheusSource, ScrapeSource, Source
 from exporter.statefile import StateFile
-from model import ServiceParams, Workload, analyze, replicas_for_slo
+from model import ServiceParams, Workload
 from model.observation import Observation
 from model.tuner import Tuner
 
@@ -315,32 +315,24 @@ class Daemon:
         params, workload = runtime.params, runtime.workload
         if params is None or workload is None:
             raise LookupError(f"deployment {deployment!r} has no calibrated model yet")
-        dep = runtime.config
         last = runtime.recommender.last
         count = replicas or (last.current_replicas if last and last.current_replicas else 1)
-        at = analyze(params, dep.server, workload, rate_rps / count, options=dep.model)
-        plan = replicas_for_slo(
-            rate_rps,
-            params,
-            dep.server,
-            workload,
-            dep.slo.ttft_ms,
-            dep.slo.itl_ms,
-            min_replicas=dep.min_replicas,
-            options=dep.model,
-        )
+        outlook = forecast(
+            runtime.config, params, workload, runtime.tuner.bias(),
+            size_for_rps=rate_rps, per_replica_rps=rate_rps / count,
+        )  # fmt: skip
         return WhatIf(
             deployment=deployment,
             total_rate_rps=rate_rps,
             replicas=count,
             per_replica_rate_rps=rate_rps / count,
-            ttft_ms=float(at.ttft_ms),
-            itl_ms=float(at.itl_ms),
-            stable=bool(at.stable),
-            max_rate_per_replica_rps=plan.capacity.rate_rps,
-            saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
-            replicas_needed=plan.replicas,
-            feasible=plan.capacity.feasible,
+            ttft_ms=outlook.ttft_ms,
+            itl_ms=outlook.itl_ms,
+            stable=outlook.stable,
+            max_rate_per_replica_rps=outlook.plan.capacity.rate_rps,
+            saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
+            replicas_needed=outlook.plan.replicas,
+            feasible=outlook.plan.capacity.feasible,
             params=params.to_dict(),
         )
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from exporter.config import DeploymentConfig
 from exporter.observations import DeploymentObservation, ObservationStatus
-from model import ServiceParams, Workload, analyze, replicas_for_slo
+from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
 MAX_BIAS = 0.5
@@ -94,6 +94,52 @@ class Decision:
     predicted_itl_ms: float | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forecast:
+    """The bias-corrected model of one deployment: replicas for a total rate, and latencies
+    (ms) at a per-replica rate (req/s)."""
+
+    plan: ReplicaPlan
+    ttft_ms: float
+    itl_ms: float
+    stable: bool
+    saturation_rate_per_replica_rps: float
+
+
+def forecast(
+    dep: DeploymentConfig,
+    params: ServiceParams,
+    workload: Workload,
+    bias: tuple[float, float] | None,
+    *,
+    size_for_rps: float,
+    per_replica_rps: float,
+) -> Forecast:
+    """Size for a total rate and predict at a per-replica rate, corrected for the model's
+    mean relative error (TTFT, ITL) on recent windows."""
+    # prediction / factor is the corrected prediction, so a target T is met where the raw
+    # prediction stays within T x factor.
+    f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
+    plan = replicas_for_slo(
+        size_for_rps,
+        params,
+        dep.server,
+        workload,
+        None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
+        None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
+        min_replicas=dep.min_replicas,
+        options=dep.model,
+    )
+    at = analyze(params, dep.server, workload, per_replica_rps, options=dep.model)
+    return Forecast(
+        plan=plan,
+        ttft_ms=float(at.ttft_ms) / f_ttft,
+        itl_ms=float(at.itl_ms) / f_itl,
+        stable=bool(at.stable),
+        saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
+    )
+
+
 class Recommender:
     """Per-deployment decision state: the stabilization history and the last decision."""
 
@@ -144,27 +190,17 @@ class Recommender:
                 reason = Reason.TUNER_WARMING if params is None else Reason.NO_WORKLOAD
             return self._stabilized(now_s, wanted, None, reason, current, rate)
         sizing_rate = self.projected_rate(rate)
-        # predicted / factor is the bias-corrected prediction, so a target T is met where the
-        # raw prediction stays within T x factor.
-        f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
-        plan = replicas_for_slo(
-            sizing_rate,
-            params,
-            dep.server,
-            workload,
-            None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
-            None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
-            min_replicas=dep.min_replicas,
-            options=dep.model,
-        )
-        capacity = plan.capacity
-        predicted = analyze(params, dep.server, workload, rate / max(current, 1), options=dep.model)
+        outlook = forecast(
+            dep, params, workload, bias, size_for_rps=sizing_rate,
+            per_replica_rps=rate / max(current, 1),
+        )  # fmt: skip
+        plan = outlook.plan
         extra = {
             "sizing_rate_rps": sizing_rate,
-            "max_rate_per_replica_rps": capacity.rate_rps,
-            "saturation_rate_per_replica_rps": float(predicted.saturation_rate_rps),
-            "predicted_ttft_ms": float(predicted.ttft_ms) / f_ttft,
-            "predicted_itl_ms": float(predicted.itl_ms) / f_itl,
+            "max_rate_per_replica_rps": plan.capacity.rate_rps,
+            "saturation_rate_per_replica_rps": outlook.saturation_rate_per_replica_rps,
+            "predicted_ttft_ms": outlook.ttft_ms,
+            "predicted_itl_ms": outlook.itl_ms,
         }
         if plan.replicas is None:
             return self._stabilized(
