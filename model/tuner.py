@@ -229,9 +229,11 @@ class Tuner:
         sizing divides predictions by (1 + bias)."""
         if self._params is None or not self._window:
             return None
-        errors, _ = FitProblem(list(self._window), self.server, self.options).relative_errors(
-            self._params
-        )
+        if self._last_fit is not None and self._last_fit.params == self._params:
+            errors = self._last_fit.residuals  # the accepted fit already evaluated its window
+        else:
+            problem = FitProblem(list(self._window), self.server, self.options)
+            errors, _ = problem.relative_errors(self._params)
         finite = np.isfinite(errors).all(axis=1)
         if not finite.any():
             return None
