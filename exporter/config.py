@@ -6,15 +6,22 @@ Errors name the key path, the value and what is allowed, e.g.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
+from exporter.config_checks import (
+    KeyReader,
+    choice,
+    file_path,
+    http_url,
+    integer,
+    number,
+    string,
+)
 from exporter.errors import ConfigError
 from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
 
@@ -29,8 +36,6 @@ DEFAULT_WINDOW = 10
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Kubernetes object names (RFC 1123 labels); the `deployment` label must match the Deployment.
 NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,103 +110,6 @@ class Config:
     deployments: tuple[DeploymentConfig, ...] = ()
 
 
-class _Reader:
-    """Walks the YAML tree collecting one 'path: problem' line per bad key."""
-
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def fail(self, path: str, message: str, value: Any) -> None:
-        self.problems.append(f"{path}: {message}, got {value!r}")
-
-    def mapping(self, node: Any, path: str, allowed: set[str]) -> Mapping[str, Any]:
-        if node is None:
-            return {}
-        if not isinstance(node, Mapping):
-            self.fail(path, "must be a mapping", node)
-            return {}
-        for key in node:
-            if key not in allowed:
-                self.fail(
-                    f"{path}.{key}" if path else str(key),
-                    f"unknown key (allowed: {', '.join(sorted(allowed))})",
-                    node[key],
-                )
-        return node
-
-    def get(
-        self,
-        node: Mapping[str, Any],
-        key: str,
-        path: str,
-        check: Callable[[Any], T | None],
-        message: str,
-        default: T,
-    ) -> T:
-        if key not in node or node[key] is None:
-            return default
-        value = check(node[key])
-        if value is None:
-            self.fail(_join(path, key), message, node[key])
-            return default
-        return value
-
-    def required(
-        self,
-        node: Mapping[str, Any],
-        key: str,
-        path: str,
-        check: Callable[[Any], T | None],
-        message: str,
-    ) -> T | None:
-        if key not in node or node[key] is None:
-            self.problems.append(f"{_join(path, key)}: is required ({message})")
-            return None
-        return self.get(node, key, path, check, message, None)
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _number(low: float, *, inclusive: bool = False) -> Callable[[Any], float | None]:
-    def check(value: Any) -> float | None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        number = float(value)
-        if not math.isfinite(number) or number < low or (number == low and not inclusive):
-            return None
-        return number
-
-    return check
-
-
-def _integer(low: int) -> Callable[[Any], int | None]:
-    def check(value: Any) -> int | None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            return None
-        return int(value)
-
-    return check
-
-
-def _string(pattern: re.Pattern[str] | None = None) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if not isinstance(value, str) or not value.strip():
-            return None
-        if pattern is not None and not pattern.fullmatch(value):
-            return None
-        return value
-
-    return check
-
-
-def _url(value: Any) -> str | None:
-    if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
-        return value
-    return None
-
-
 def _listen(value: Any) -> tuple[str, int] | None:
     if not isinstance(value, str):
         return None
@@ -211,17 +119,9 @@ def _listen(value: Any) -> tuple[str, int] | None:
     return host.strip("[]") or DEFAULT_LISTEN_HOST, int(port)
 
 
-def _path(value: Any) -> Path | None:
-    return Path(value) if isinstance(value, str) and value.strip() else None
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[Any], str | None]:
-    return lambda value: value if value in options else None
-
-
 def parse_config(data: Any) -> Config:
     """Validate a parsed YAML document; raises ConfigError listing every problem."""
-    r = _Reader()
+    r = KeyReader()
     top = r.mapping(
         data,
         "",
@@ -240,7 +140,7 @@ def parse_config(data: Any) -> Config:
         top,
         "cycle_period_s",
         "",
-        _number(1.0, inclusive=True),
+        number(1.0, inclusive=True),
         "must be a number >= 1 (seconds)",
         DEFAULT_CYCLE_PERIOD_S,
     )
@@ -252,9 +152,9 @@ def parse_config(data: Any) -> Config:
         "must be HOST:PORT with a port in 1-65535",
         (DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT),
     )
-    state_file = r.get(top, "state_file", "", _path, "must be a file path", None)
+    state_file = r.get(top, "state_file", "", file_path, "must be a file path", None)
     log_level = r.get(
-        top, "log_level", "", _choice(LOG_LEVELS), f"must be one of {', '.join(LOG_LEVELS)}", "info"
+        top, "log_level", "", choice(LOG_LEVELS), f"must be one of {', '.join(LOG_LEVELS)}", "info"
     )
     prometheus = _prometheus(r, top.get("prometheus"))
     deployments = _deployments(r, top.get("deployments"), prometheus)
@@ -284,19 +184,19 @@ def load_config(path: Path) -> Config:
     return parse_config(data)
 
 
-def _prometheus(r: _Reader, node: Any) -> PrometheusConfig | None:
+def _prometheus(r: KeyReader, node: Any) -> PrometheusConfig | None:
     if node is None:
         return None
     path = "prometheus"
     m = r.mapping(node, path, {"url", "bearer_token_file", "ca_file", "timeout_s"})
-    url = r.required(m, "url", path, _url, "an http:// or https:// URL")
-    token = r.get(m, "bearer_token_file", path, _path, "must be a file path", None)
-    ca = r.get(m, "ca_file", path, _path, "must be a file path", None)
+    url = r.required(m, "url", path, http_url, "an http:// or https:// URL")
+    token = r.get(m, "bearer_token_file", path, file_path, "must be a file path", None)
+    ca = r.get(m, "ca_file", path, file_path, "must be a file path", None)
     timeout = r.get(
         m,
         "timeout_s",
         path,
-        _number(0.0),
+        number(0.0),
         "must be a number > 0 (seconds)",
         DEFAULT_PROMETHEUS_TIMEOUT_S,
     )
@@ -304,7 +204,7 @@ def _prometheus(r: _Reader, node: Any) -> PrometheusConfig | None:
 
 
 def _deployments(
-    r: _Reader, node: Any, prometheus: PrometheusConfig | None
+    r: KeyReader, node: Any, prometheus: PrometheusConfig | None
 ) -> list[DeploymentConfig]:
     if not isinstance(node, list) or not node:
         r.fail("deployments", "must be a non-empty list of deployments", node)
@@ -338,7 +238,7 @@ _DEPLOYMENT_KEYS = {
 
 
 def _deployment(
-    r: _Reader, node: Any, path: str, prometheus: PrometheusConfig | None
+    r: KeyReader, node: Any, path: str, prometheus: PrometheusConfig | None
 ) -> DeploymentConfig | None:
     before = len(r.problems)
     m = r.mapping(node, path, _DEPLOYMENT_KEYS)
@@ -346,23 +246,23 @@ def _deployment(
         m,
         "name",
         path,
-        _string(NAME_PATTERN),
+        string(NAME_PATTERN),
         "a Kubernetes name: lower-case letters, digits and '-'",
     )
-    model_name = r.required(m, "model_name", path, _string(), "vLLM's --served-model-name")
+    model_name = r.required(m, "model_name", path, string(), "vLLM's --served-model-name")
     source = _source(r, m.get("source"), f"{path}.source", prometheus)
     server = _server(r, m.get("server"), f"{path}.server")
     slo = _slo(r, m.get("slo"), f"{path}.slo")
     rep = r.mapping(m.get("replicas"), f"{path}.replicas", {"min", "max"})
-    low = r.get(rep, "min", f"{path}.replicas", _integer(1), "must be an integer >= 1", 1)
-    high = r.get(rep, "max", f"{path}.replicas", _integer(1), "must be an integer >= 1", 10)
+    low = r.get(rep, "min", f"{path}.replicas", integer(1), "must be an integer >= 1", 1)
+    high = r.get(rep, "max", f"{path}.replicas", integer(1), "must be an integer >= 1", 10)
     if high < low:
         r.fail(f"{path}.replicas.max", f"must be >= replicas.min ({low})", high)
     window = r.get(
         m,
         "scale_down_stabilization_s",
         path,
-        _number(0.0, inclusive=True),
+        number(0.0, inclusive=True),
         "must be a number >= 0 (seconds)",
         DEFAULT_STABILIZATION_S,
     )
@@ -370,7 +270,7 @@ def _deployment(
         m,
         "look_ahead_s",
         path,
-        _number(0.0, inclusive=True),
+        number(0.0, inclusive=True),
         "must be a number >= 0 (seconds)",
         0.0,
     )
@@ -381,7 +281,7 @@ def _deployment(
             tuner_node,
             "min_observations",
             f"{path}.tuner",
-            _integer(3),
+            integer(3),
             "must be an integer >= 3 (three parameters)",
             DEFAULT_MIN_OBSERVATIONS,
         ),
@@ -389,7 +289,7 @@ def _deployment(
             tuner_node,
             "window",
             f"{path}.tuner",
-            _integer(3),
+            integer(3),
             "must be an integer >= 3",
             DEFAULT_WINDOW,
         ),
@@ -420,7 +320,7 @@ def _deployment(
 
 
 def _source(
-    r: _Reader, node: Any, path: str, prometheus: PrometheusConfig | None
+    r: KeyReader, node: Any, path: str, prometheus: PrometheusConfig | None
 ) -> SourceConfig | None:
     m = r.mapping(
         node, path, {"scrape_urls", "scrape_service", "prometheus_selector", "scrape_timeout_s"}
@@ -437,26 +337,30 @@ def _source(
         m,
         "scrape_timeout_s",
         path,
-        _number(0.0),
+        number(0.0),
         "must be a number > 0 (seconds)",
         DEFAULT_SCRAPE_TIMEOUT_S,
     )
     if "scrape_urls" in m:
         urls = m["scrape_urls"]
-        if not isinstance(urls, list) or not urls or any(_url(u) is None for u in urls):
+        if not isinstance(urls, list) or not urls or any(http_url(u) is None for u in urls):
             r.fail(f"{path}.scrape_urls", "must be a non-empty list of http(s) URLs", urls)
             return None
         return SourceConfig(scrape_urls=tuple(urls), scrape_timeout_s=timeout)
     if "scrape_service" in m:
         url = r.required(
-            m, "scrape_service", path, _url, "an http:// URL whose host is a headless Service name"
+            m,
+            "scrape_service",
+            path,
+            http_url,
+            "an http:// URL whose host is a headless Service name",
         )
         return None if url is None else SourceConfig(scrape_service=url, scrape_timeout_s=timeout)
     selector = r.required(
         m,
         "prometheus_selector",
         path,
-        _string(),
+        string(),
         "a PromQL label selector such as '{namespace=\"x\"}'",
     )
     if selector is not None and prometheus is None:
@@ -464,34 +368,34 @@ def _source(
     return None if selector is None else SourceConfig(prometheus_selector=selector)
 
 
-def _server(r: _Reader, node: Any, path: str) -> ServerConfig:
+def _server(r: KeyReader, node: Any, path: str) -> ServerConfig:
     m = r.mapping(node, path, {"max_num_seqs", "max_num_batched_tokens", "max_queue_size"})
-    seqs = r.get(m, "max_num_seqs", path, _integer(1), "must be an integer >= 1", 256)
-    tokens = r.get(m, "max_num_batched_tokens", path, _integer(1), "must be an integer >= 1", 8192)
+    seqs = r.get(m, "max_num_seqs", path, integer(1), "must be an integer >= 1", 256)
+    tokens = r.get(m, "max_num_batched_tokens", path, integer(1), "must be an integer >= 1", 8192)
     queue = r.get(
         m,
         "max_queue_size",
         path,
-        _integer(0),
+        integer(0),
         "must be an integer >= 0 (omit it for vLLM's unbounded queue)",
         None,
     )
     return ServerConfig(max_batch_size=seqs, max_num_batched_tokens=tokens, max_queue_size=queue)
 
 
-def _slo(r: _Reader, node: Any, path: str) -> SloConfig:
+def _slo(r: KeyReader, node: Any, path: str) -> SloConfig:
     m = r.mapping(node, path, {"ttft_ms", "itl_ms"})
-    ttft = r.get(m, "ttft_ms", path, _number(0.0), "must be a number > 0 (ms)", None)
-    itl = r.get(m, "itl_ms", path, _number(0.0), "must be a number > 0 (ms)", None)
+    ttft = r.get(m, "ttft_ms", path, number(0.0), "must be a number > 0 (ms)", None)
+    itl = r.get(m, "itl_ms", path, number(0.0), "must be a number > 0 (ms)", None)
     return SloConfig(ttft, itl)
 
 
-def _initial_params(r: _Reader, node: Any, path: str) -> ServiceParams | None:
+def _initial_params(r: KeyReader, node: Any, path: str) -> ServiceParams | None:
     if node is None:
         return None
     m = r.mapping(node, path, {"alpha_ms", "beta_ms", "gamma_ms"})
     values = [
-        r.required(m, key, path, _number(0.0), "a number > 0 (ms)")
+        r.required(m, key, path, number(0.0), "a number > 0 (ms)")
         for key in ("alpha_ms", "beta_ms", "gamma_ms")
     ]
     alpha, beta, gamma = values
@@ -500,7 +404,7 @@ def _initial_params(r: _Reader, node: Any, path: str) -> ServiceParams | None:
     return ServiceParams(alpha, beta, gamma)
 
 
-def _model_options(r: _Reader, node: Any, path: str) -> ModelOptions:
+def _model_options(r: KeyReader, node: Any, path: str) -> ModelOptions:
     if node is None:
         return ModelOptions()
     keys = {"variant", "arrival_cv", "input_length_cv", "output_length_cv", "architecture"}
@@ -511,7 +415,7 @@ def _model_options(r: _Reader, node: Any, path: str) -> ModelOptions:
         m,
         "variant",
         path,
-        _choice(variants),
+        choice(variants),
         f"must be one of {', '.join(variants)}",
         default.variant.value,
     )
@@ -520,7 +424,7 @@ def _model_options(r: _Reader, node: Any, path: str) -> ModelOptions:
             m,
             key,
             path,
-            _number(0.0, inclusive=True),
+            number(0.0, inclusive=True),
             "must be a number >= 0 (a coefficient of variation)",
             getattr(default, key),
         )
@@ -530,9 +434,9 @@ def _model_options(r: _Reader, node: Any, path: str) -> ModelOptions:
     if m.get("architecture") is not None:
         apath = f"{path}.architecture"
         a = r.mapping(m["architecture"], apath, {"num_layers", "hidden_size", "num_parameters"})
-        layers = r.required(a, "num_layers", apath, _integer(1), "an integer >= 1")
-        hidden = r.required(a, "hidden_size", apath, _integer(1), "an integer >= 1")
-        params = r.required(a, "num_parameters", apath, _number(0.0), "a number > 0")
+        layers = r.required(a, "num_layers", apath, integer(1), "an integer >= 1")
+        hidden = r.required(a, "hidden_size", apath, integer(1), "an integer >= 1")
+        params = r.required(a, "num_parameters", apath, number(0.0), "a number > 0")
         if layers is not None and hidden is not None and params is not None:
             architecture = ArchitectureSpec(layers, hidden, params)
     return ModelOptions(variant=ModelVariant(variant), architecture=architecture, **cvs)
