@@ -58,12 +58,12 @@ from bench.closed_loop_support import (  # noqa: E402
 from exporter.clock import ManualClock  # noqa: E402
 from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
 from exporter.daemon import Daemon  # noqa: E402
-from exporter.observations import DeploymentObservation, WindowTracker  # noqa: E402
-from exporter.sources import SourceRead  # noqa: E402
-from model.params import ServerConfig, ServiceParams, Workload  # noqa: E402
-from model.simulator import Simulator  # noqa: E402
-from model.throughput_analyzer import ThroughputAnalyzer  # noqa: E402
-from model.workloads import LengthDist, LengthKind, RateProfile, draw_trace  # noqa: E402
+from exporter.reading.observations import DeploymentObservation, WindowTracker  # noqa: E402
+from exporter.reading.sources import SourceRead  # noqa: E402
+from model.baselines.throughput_analyzer import ThroughputAnalyzer  # noqa: E402
+from model.queueing.params import ServerConfig, ServiceParams, Workload  # noqa: E402
+from model.simulation.simulator import Simulator  # noqa: E402
+from model.simulation.workloads import LengthDist, LengthKind, RateProfile, draw_trace  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LLAMA = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)

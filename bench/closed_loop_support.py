@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.observations import (
+from exporter.reading.observations import (
     MIN_BACKLOG_GROWTH,
     QUEUE_GROWTH_FACTOR,
     STATUS_MESSAGES,
@@ -31,9 +31,9 @@ from exporter.observations import (
     ObservationStatus,
     Problem,
 )
-from model.replica import ReplicaState
-from model.simulator import ReplicaStatus, SimResult
-from model.throughput_analyzer import FleetState
+from model.baselines.throughput_analyzer import FleetState
+from model.simulation.replica import ReplicaState
+from model.simulation.simulator import ReplicaStatus, SimResult
 
 KV_CAPACITY_TOKENS = 449_200  # Llama-3.1-8B on one H100 (paper §IX), as the emulator uses
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from exporter.clock import ManualClock  # noqa: E402
 from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
 from exporter.daemon import Daemon  # noqa: E402
-from exporter.sources import SourceRead  # noqa: E402
-from exporter.vllm_metrics import (  # noqa: E402
+from exporter.reading.sources import SourceRead  # noqa: E402
+from exporter.reading.vllm_metrics import (  # noqa: E402
     CounterName,
     GaugeName,
     HistogramName,
@@ -32,7 +32,7 @@ from exporter.vllm_metrics import (  # noqa: E402
     SampleStatus,
 )
 from model import ServerConfig, ServiceParams  # noqa: E402
-from model.analyzer import analyze_points  # noqa: E402
+from model.queueing.analyzer import analyze_points  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEPLOYMENTS = 1000

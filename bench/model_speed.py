@@ -28,7 +28,7 @@ from model import (  # noqa: E402
     max_rate_for_slo,
     replicas_for_slo,
 )
-from model.analyzer import analyze_points  # noqa: E402
+from model.queueing.analyzer import analyze_points  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)  # paper Table I, ms

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from model import PAPER_MODEL, Workload, analyze
-from model.params import ServerConfig, ServiceParams
-from model.simulator import Router, Simulator
-from model.variant import UNIFORM_HALF_WIDTH_CV, ModelOptions, ModelVariant
-from model.workloads import LengthDist, LengthKind, RateProfile, draw_trace
+from model.queueing.params import ServerConfig, ServiceParams
+from model.queueing.variant import UNIFORM_HALF_WIDTH_CV, ModelOptions, ModelVariant
+from model.simulation.simulator import Router, Simulator
+from model.simulation.workloads import LengthDist, LengthKind, RateProfile, draw_trace
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LLAMA = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)

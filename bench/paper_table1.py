@@ -29,11 +29,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from model.analyzer import analyze_points
-from model.fit import fit as tuner_fit
-from model.observation import Observation
-from model.params import ServerConfig, ServiceParams
-from model.variant import (
+from model.calibration.fit import fit as tuner_fit
+from model.calibration.observation import Observation
+from model.queueing.analyzer import analyze_points
+from model.queueing.params import ServerConfig, ServiceParams
+from model.queueing.variant import (
     CONSTANT_ARRIVAL_CV,
     LLAMA_3_1_8B,
     PAPER_MODEL,

@@ -28,7 +28,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from exporter.plan_command import read_observations  # noqa: E402
+from exporter.commands.plan_command import read_observations  # noqa: E402
 from model import (  # noqa: E402
     PAPER_MODEL,
     FitMethod,
@@ -39,7 +39,7 @@ from model import (  # noqa: E402
     Tuner,
     fit,
 )
-from model.analyzer import analyze_points  # noqa: E402
+from model.queueing.analyzer import analyze_points  # noqa: E402
 
 
 class PaperRow(NamedTuple):

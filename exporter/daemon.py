@@ -17,18 +17,18 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from exporter.clock import Clock
-from exporter.collector import PREFIX, CycleSnapshot, DeploymentStatus, SnapshotCollector
 from exporter.config import Config, DeploymentConfig
 from exporter.errors import SourceError
-from exporter.observations import DeploymentObservation, ObservationStatus, WindowTracker
-from exporter.promapi import PrometheusClient
+from exporter.exposition import PREFIX, CycleSnapshot, DeploymentStatus, SnapshotCollector
+from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
+from exporter.reading.promapi import PrometheusClient
+from exporter.reading.sources import HistorySource, PrometheusSource, ScrapeSource, Source
 from exporter.recommender import Decision, Recommender, forecast, waiting_queue_grows
 from exporter.server import WhatIf
-from exporter.sources import HistorySource, PrometheusSource, ScrapeSource, Source
 from exporter.statefile import StateFile
 from model import ServiceParams, Workload
-from model.observation import Observation
-from model.tuner import Tuner
+from model.calibration.observation import Observation
+from model.calibration.tuner import Tuner
 
 logger = logging.getLogger(__name__)
 

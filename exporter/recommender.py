@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from exporter.config import DeploymentConfig
-from exporter.observations import DeploymentObservation, ObservationStatus
+from exporter.reading.observations import DeploymentObservation, ObservationStatus
 from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.

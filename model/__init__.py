@@ -1,11 +1,12 @@
 """Approximate queueing model of vLLM inference serving: pure math, no I/O."""
 
-from model.analyzer import Analysis, analyze, analyze_points, max_rate
-from model.chunks import chunk_table
-from model.fit import FitMethod, FitResult, FitStatus, MetricError, fit, initial_guess
-from model.observation import Observation
-from model.params import ServerConfig, ServiceParams, Workload
-from model.sizing import (
+from model.calibration.fit import FitMethod, FitResult, FitStatus, MetricError, fit, initial_guess
+from model.calibration.observation import Observation
+from model.calibration.tuner import SkipReason, Tuner, TunerReason, TunerState, TunerStatus
+from model.queueing.analyzer import Analysis, analyze, analyze_points, max_rate
+from model.queueing.chunks import chunk_table
+from model.queueing.params import ServerConfig, ServiceParams, Workload
+from model.queueing.sizing import (
     Binding,
     ReplicaPlan,
     SizingStatus,
@@ -13,8 +14,7 @@ from model.sizing import (
     max_rate_for_slo,
     replicas_for_slo,
 )
-from model.tuner import SkipReason, Tuner, TunerReason, TunerState, TunerStatus
-from model.variant import (
+from model.queueing.variant import (
     DEFAULT_MODEL,
     PAPER_MODEL,
     ArchitectureSpec,

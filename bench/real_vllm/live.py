@@ -49,8 +49,8 @@ from bench.real_vllm.sweep import Shape, ShapeProbe, probe_shape
 from bench.real_vllm.vllm_env import WORK_DIR
 from exporter.clock import SystemClock
 from exporter.config import load_config
-from exporter.loadgen import LoadResult, LoadSpec, run_load
-from exporter.sources import ScrapeSource
+from exporter.emulation.loadgen import LoadResult, LoadSpec, run_load
+from exporter.reading.sources import ScrapeSource
 from tests.integration.prometheus_server import PrometheusServer, Target
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ def daemon_process(config_path: Path, log_path: Path) -> Iterator[subprocess.Pop
     """`vllm-sizer run` in its own process group; SIGTERM, then SIGKILL, however the block ends."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli", "run", "--config", str(config_path)],
+            [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config_path)],
             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

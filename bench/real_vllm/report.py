@@ -20,7 +20,7 @@ import numpy as np
 
 from bench.real_vllm.sweep import INPUT_LENGTHS, OUTPUT_LENGTHS, RESULTS_DIR, SWEEP_JSON
 from model import FitResult, Observation, ServerConfig, ServiceParams, fit
-from model.analyzer import analyze_points
+from model.queueing.analyzer import analyze_points
 
 FIT_JSON = RESULTS_DIR / "real_vllm_fit.json"
 REPORT_MD = RESULTS_DIR / "real_vllm.md"

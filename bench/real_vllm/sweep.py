@@ -32,9 +32,9 @@ import numpy as np
 from bench.real_vllm.prepare import prepare
 from bench.real_vllm.server import RunningServer, ServerOptions, stop_on_sigterm, vllm_server
 from exporter.clock import SystemClock
-from exporter.loadgen import LoadResult, LoadSpec, run_load
-from exporter.observations import DeploymentObservation, observe_deployment
-from exporter.sources import ScrapeSource, SourceRead
+from exporter.emulation.loadgen import LoadResult, LoadSpec, run_load
+from exporter.reading.observations import DeploymentObservation, observe_deployment
+from exporter.reading.sources import ScrapeSource, SourceRead
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 SWEEP_JSON = RESULTS_DIR / "real_vllm_sweep.json"

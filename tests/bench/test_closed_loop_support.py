@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from bench.closed_loop_support import observe_window
-from exporter.observations import ObservationStatus, Problem
-from model.params import ServerConfig, ServiceParams
-from model.simulator import Simulator
-from model.workloads import RequestTrace
+from exporter.reading.observations import ObservationStatus, Problem
+from model.queueing.params import ServerConfig, ServiceParams
+from model.simulation.simulator import Simulator
+from model.simulation.workloads import RequestTrace
 
 KV_CAP = 100
 

@@ -26,17 +26,15 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+import exporter.emulation.emulator as emulator
+import tests.integration.prometheus_server as prometheus_server
+from model import ServerConfig, ServiceParams
+from model.simulation.workloads import LengthDist, LengthKind
 from tests.conftest import REPO_ROOT
 from tests.ecosystem.dashboard import panel_queries
 from tests.ecosystem.manifests import find
 
 pytestmark = pytest.mark.integration
-
-emulator = pytest.importorskip("exporter.emulator")
-prometheus_server = pytest.importorskip("tests.integration.prometheus_server")
-
-from model import ServerConfig, ServiceParams  # noqa: E402
-from model.workloads import LengthDist, LengthKind  # noqa: E402
 
 DEPLOYMENT = "llama-8b-vllm"  # the name in the shipped ScaledObject query: used verbatim
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -117,7 +115,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]
         config.write_text(yaml.safe_dump(daemon_config(fleet.urls, port, work / "state.json")))
         with log.open("wb") as out:
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "exporter.cli", "run", "--config", str(config)],
+                [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config)],
                 cwd=REPO_ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -20,13 +20,12 @@ import pytest
 import requests
 import yaml
 
+import tests.integration.prometheus_server as prometheus_server
 from tests.ecosystem.dashboard import panel_queries
 from tests.ecosystem.manifests import find
 from tests.ecosystem.sizer_stub import SizerValues, StubSizer
 
 pytestmark = pytest.mark.integration
-
-prometheus_server = pytest.importorskip("tests.integration.prometheus_server")
 
 LIVE_DESIRED = 5
 FROZEN_DESIRED = 9

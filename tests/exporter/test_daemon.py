@@ -22,13 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.clock import ManualClock
 from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig, TunerConfig
 from exporter.daemon import Daemon
-from exporter.emulator import EmulatedFleet
+from exporter.emulation.emulator import EmulatedFleet
 from exporter.errors import ScrapeError
+from exporter.reading.sources import SourceRead
 from exporter.server import SizerHTTPServer
-from exporter.sources import SourceRead
 from exporter.statefile import StateFile
 from model import ServerConfig, ServiceParams
-from model.workloads import LengthDist, LengthKind
+from model.simulation.workloads import LengthDist, LengthKind
 
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 SERVER = ServerConfig()
@@ -62,7 +62,7 @@ class FleetSource:
         self.fleet, self.down = fleet, down
 
     def read(self) -> SourceRead:
-        from exporter.sources import ScrapeSource
+        from exporter.reading.sources import ScrapeSource
 
         if self.down:
             raise ScrapeError(

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from exporter.config import DeploymentConfig, SloConfig, SourceConfig
-from exporter.observations import DeploymentObservation, ObservationStatus
+from exporter.reading.observations import DeploymentObservation, ObservationStatus
 from exporter.recommender import Reason, Recommender
 from model import PAPER_MODEL, ServerConfig, ServiceParams, Workload, max_rate_for_slo
 

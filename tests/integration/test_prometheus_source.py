@@ -16,12 +16,16 @@ import numpy as np
 import pytest
 
 from exporter.clock import ManualClock, SystemClock
-from exporter.emulator import EmulatedFleet
-from exporter.observations import DeploymentObservation, ObservationStatus, observe_deployment
-from exporter.promapi import PrometheusClient
-from exporter.sources import PrometheusSource, ScrapeSource
-from model.params import ServerConfig, ServiceParams
-from model.workloads import LengthDist, LengthKind
+from exporter.emulation.emulator import EmulatedFleet
+from exporter.reading.observations import (
+    DeploymentObservation,
+    ObservationStatus,
+    observe_deployment,
+)
+from exporter.reading.promapi import PrometheusClient
+from exporter.reading.sources import PrometheusSource, ScrapeSource
+from model.queueing.params import ServerConfig, ServiceParams
+from model.simulation.workloads import LengthDist, LengthKind
 from tests.fixtures.metrics_server import MetricsServer
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
 from tests.integration.prometheus_server import (

@@ -9,10 +9,10 @@ import pytest
 
 from bench.real_vllm.server import ServerOptions, free_port, vllm_server
 from exporter.clock import SystemClock
-from exporter.loadgen import LoadResult, LoadSpec, RequestStatus, run_load
-from exporter.observations import Problem, observe_deployment
-from exporter.sources import FailureReason, ScrapeSource, SourceRead
-from exporter.vllm_metrics import CounterName
+from exporter.emulation.loadgen import LoadResult, LoadSpec, RequestStatus, run_load
+from exporter.reading.observations import Problem, observe_deployment
+from exporter.reading.sources import FailureReason, ScrapeSource, SourceRead
+from exporter.reading.vllm_metrics import CounterName
 from tests.vllm.conftest import require_prepared
 
 pytestmark = pytest.mark.vllm

@@ -9,9 +9,9 @@ import pytest
 
 from bench.real_vllm.server import RunningServer, ServerOptions, vllm_server
 from exporter.clock import SystemClock
-from exporter.loadgen import LoadResult, LoadSpec, run_load
-from exporter.observations import Saturation, observe_deployment
-from exporter.sources import ScrapeSource, SourceRead
+from exporter.emulation.loadgen import LoadResult, LoadSpec, run_load
+from exporter.reading.observations import Saturation, observe_deployment
+from exporter.reading.sources import ScrapeSource, SourceRead
 from tests.vllm.conftest import require_prepared
 
 pytestmark = pytest.mark.vllm

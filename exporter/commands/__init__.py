@@ -1,0 +1,1 @@
+"""The command-line entry point and one module per subcommand."""

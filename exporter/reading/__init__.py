@@ -1,0 +1,1 @@
+"""Reading vLLM (what the specs call the collector): sources, parsing and window observations."""

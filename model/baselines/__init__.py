@@ -1,0 +1,1 @@
+"""Other autoscalers' analyzers, kept for comparison with the queueing model."""

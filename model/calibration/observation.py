@@ -1,0 +1,86 @@
+"""One observed operating point of one replica: the tuner's input. Tuner spec §2.
+
+An observation is valid when the rate, the token means and both latencies are finite and
+positive (output tokens >= 1, as the model requires); anything else is a ValueError naming the
+field, so a bad collector window never reaches a fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from model.queueing.validation import (
+    require_at_least,
+    require_int_at_least,
+    require_number,
+    require_positive,
+)
+
+DEFAULT_WEIGHT = 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation:
+    """Mean behaviour of one replica over one window: rate (req/s per replica), token means,
+    TTFT and ITL (ms). Tuner spec §2.
+
+    `max_batch_size` None means the fit's ServerConfig applies; `timestamp` is the window's end
+    (unix s) and only orders observations; `weight` scales the point's squared errors in the
+    loss; `queue_growing` marks a window whose backlog grew (saturated, never fitted; spec §8);
+    `synchronous` marks a closed concurrency-one benchmark run, which the refined model variant
+    evaluates without the chain (model/refined.py).
+    """
+
+    rate_rps: float
+    avg_input_tokens: float
+    avg_output_tokens: float
+    ttft_ms: float
+    itl_ms: float
+    max_batch_size: int | None = None
+    timestamp: float | None = None
+    weight: float = DEFAULT_WEIGHT
+    queue_growing: bool = False
+    synchronous: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("rate_rps", "avg_input_tokens", "ttft_ms", "itl_ms", "weight"):
+            object.__setattr__(self, name, require_positive(name, getattr(self, name)))
+        # The model needs at least one output token per request (the first one is the TTFT).
+        object.__setattr__(
+            self,
+            "avg_output_tokens",
+            require_at_least("avg_output_tokens", self.avg_output_tokens, 1),
+        )
+        if self.max_batch_size is not None:
+            object.__setattr__(
+                self,
+                "max_batch_size",
+                require_int_at_least("max_batch_size", self.max_batch_size, 1),
+            )
+        if self.timestamp is not None:
+            object.__setattr__(self, "timestamp", require_number("timestamp", self.timestamp))
+        if not isinstance(self.queue_growing, bool):
+            raise ValueError(f"`queue_growing` must be a bool, got {self.queue_growing!r}")
+        if not isinstance(self.synchronous, bool):
+            raise ValueError(f"`synchronous` must be a bool, got {self.synchronous!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe mapping of every field (ms, req/s, unix s)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Observation:
+        """Inverse of to_dict; unknown keys are refused so a typo cannot pass silently."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"`observation` must be a mapping, got {data!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"`observation` has unknown keys {unknown}, allowed: {sorted(known)}")
+        required = ("rate_rps", "avg_input_tokens", "avg_output_tokens", "ttft_ms", "itl_ms")
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ValueError(f"`observation` is missing keys {missing}")
+        return cls(**dict(data))

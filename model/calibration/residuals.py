@@ -1,0 +1,143 @@
+"""Relative TTFT and ITL residuals of a set of observations, in log-parameters. Tuner spec §3.
+
+One vectorised model call per max_batch_size evaluates every observation of one parameter
+vector (spec §14). An observation at or above the model's saturation rate gets a large finite
+residual that grows with the overload (spec §3 asks for a finite BIG, not inf), so an optimizer
+is pushed back towards stability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from model.calibration.observation import Observation
+from model.queueing.analyzer import analyze_points
+from model.queueing.params import ServerConfig, ServiceParams
+from model.queueing.variant import DEFAULT_MODEL, ModelOptions
+
+FloatArray = NDArray[np.float64]
+
+JACOBIAN_STEP = 1e-3  # relative, central differences (spec §10.1)
+UNSTABLE_RESIDUAL = 1e4  # per overloaded observation and metric, times rate / saturation rate
+# Log-parameter limits: far outside any physics, they only keep exp() finite and positive when
+# an unidentified parameter drifts.
+LOG_LOWER = np.log([1e-6, 1e-9, 1e-14])
+LOG_UPPER = np.log([1e6, 1e3, 1e1])
+
+
+class FitProblem:
+    """Observations as arrays, grouped by max_batch_size; evaluates relative errors for one
+    parameter vector with one model call per group and counts the evaluations."""
+
+    def __init__(
+        self,
+        observations: Sequence[Observation],
+        server: ServerConfig,
+        options: ModelOptions = DEFAULT_MODEL,
+    ) -> None:
+        if not isinstance(observations, Sequence) or isinstance(observations, str | bytes):
+            raise ValueError(
+                f"`observations` must be a sequence of Observation, got {observations!r}"
+            )
+        if len(observations) == 0:
+            raise ValueError("`observations` must hold at least one Observation, got 0")
+        for k, obs in enumerate(observations):
+            if not isinstance(obs, Observation):
+                raise ValueError(f"`observations[{k}]` must be an Observation, got {obs!r}")
+        if not isinstance(server, ServerConfig):
+            raise ValueError(f"`server` must be a ServerConfig, got {server!r}")
+        if not isinstance(options, ModelOptions):
+            raise ValueError(f"`options` must be a ModelOptions, got {options!r}")
+        self.options = options
+        self.rate_rps = np.array([o.rate_rps for o in observations])
+        self.n_tokens = np.array([o.avg_input_tokens for o in observations])
+        self.m_tokens = np.array([o.avg_output_tokens for o in observations])
+        self.ttft_ms = np.array([o.ttft_ms for o in observations])
+        self.itl_ms = np.array([o.itl_ms for o in observations])
+        self.sqrt_weight = np.sqrt(np.array([o.weight for o in observations]))
+        self.synchronous = np.array([o.synchronous for o in observations], dtype=bool)
+        batch = np.array([o.max_batch_size or server.max_batch_size for o in observations])
+        self.groups: list[tuple[ServerConfig, NDArray[np.intp]]] = []
+        for size in np.unique(batch):
+            cfg = ServerConfig(
+                max_batch_size=int(size),
+                max_num_batched_tokens=server.max_num_batched_tokens,
+                max_queue_size=server.max_queue_size,
+            )
+            self.groups.append((cfg, np.flatnonzero(batch == size)))
+        self.evaluations = 0
+
+    @property
+    def size(self) -> int:
+        return int(self.rate_rps.shape[0])
+
+    def predict(self, params: ServiceParams) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Model TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) per point."""
+        self.evaluations += 1
+        if len(self.groups) == 1:
+            cfg = self.groups[0][0]
+            out = analyze_points(
+                params,
+                cfg,
+                self.n_tokens,
+                self.m_tokens,
+                self.rate_rps,
+                options=self.options,
+                synchronous=self.synchronous,
+            )
+            return (
+                np.asarray(out.ttft_ms),
+                np.asarray(out.itl_ms),
+                np.asarray(out.saturation_rate_rps),
+            )
+        ttft, itl, sat = (np.empty(self.size) for _ in range(3))
+        for cfg, idx in self.groups:
+            out = analyze_points(
+                params,
+                cfg,
+                self.n_tokens[idx],
+                self.m_tokens[idx],
+                self.rate_rps[idx],
+                options=self.options,
+                synchronous=self.synchronous[idx],
+            )
+            ttft[idx], itl[idx], sat[idx] = out.ttft_ms, out.itl_ms, out.saturation_rate_rps
+        return ttft, itl, sat
+
+    def relative_errors(self, params: ServiceParams) -> tuple[FloatArray, FloatArray]:
+        """(pred - meas) / meas per point as a (K, 2) array [TTFT, ITL], and the load
+        rate / saturation rate per point."""
+        ttft, itl, sat = self.predict(params)
+        errors = np.stack(
+            [(ttft - self.ttft_ms) / self.ttft_ms, (itl - self.itl_ms) / self.itl_ms], 1
+        )
+        return errors, self.rate_rps / sat
+
+    def residuals(self, x: FloatArray) -> FloatArray:
+        """Weighted residual vector [TTFT errors, ITL errors] at log-parameters x; overloaded
+        points get a finite penalty growing with the overload."""
+        errors, load = self.relative_errors(params_from_log(x))
+        penalty = UNSTABLE_RESIDUAL * load[:, np.newaxis]
+        errors = np.where(np.isfinite(errors), errors, penalty)
+        weighted: FloatArray = (errors * self.sqrt_weight[:, np.newaxis]).T.reshape(-1)
+        return weighted
+
+    def jacobian(self, x: FloatArray) -> FloatArray:
+        """Central-difference Jacobian of `residuals` in log-parameters (spec §10.1)."""
+        columns = []
+        for k in range(3):
+            step = np.zeros(3)
+            step[k] = JACOBIAN_STEP
+            columns.append(
+                (self.residuals(x + step) - self.residuals(x - step)) / (2 * JACOBIAN_STEP)
+            )
+        return np.stack(columns, axis=1)
+
+
+def params_from_log(x: FloatArray) -> ServiceParams:
+    """ServiceParams (ms) from log-parameters, clipped to the far limits."""
+    alpha, beta, gamma = np.exp(np.clip(x, LOG_LOWER, LOG_UPPER))
+    return ServiceParams(float(alpha), float(beta), float(gamma))

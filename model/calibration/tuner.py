@@ -1,0 +1,429 @@
+"""Live estimator of (alpha, beta, gamma): a sliding window refitted every cycle. Tuner spec §6-§10.
+
+One Tuner per deployment, one Observation per cycle (spec §2). Each accepted observation joins
+a window of the newest `window_size` (spec §7.1); from `min_observations` on, every update
+refits the window warm-started from the current estimate (spec §7.3, §16 #4), leaves out the
+worst point once if its error norm sqrt(e_T^2 + e_I^2) exceeds `residual_threshold` (spec §7.3
+step 5; the point stays in the window), and accepts the fit only if it converged, identifies
+every parameter and lies within physical bounds. Otherwise the last good estimate is held
+(spec §7.3 step 6, §9). Deviations, each a [REC] of the spec:
+- saturated observations never enter the window (spec §8): a `queue_growing` flag, or a rate at
+  or above `saturation_fraction` of the saturation rate of the current *fitted* estimate (never
+  of a seed, which may be far off). A fitted estimate can be wrong too: after `window_size`
+  model-saturated observations in a row, further ones are let through until one is not, so a
+  tuner whose estimate is too slow cannot lock itself out (spec §16 #12-14);
+- the first fit also runs the identifiability and bounds checks: until it passes the tuner stays
+  "warming" (no estimate) rather than publishing the light-traffic guess (spec §16 #15);
+- identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone;
+- given initial parameters (an operator calibration), the tuner starts "holding" them with
+  reason "seeded", and warm-starts its first fit from them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import numpy as np
+
+from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, FitStatus, fit
+from model.calibration.observation import Observation
+from model.calibration.residuals import FitProblem
+from model.queueing.params import ServerConfig, ServiceParams
+from model.queueing.validation import require_int_at_least, require_non_negative, require_positive
+from model.queueing.variant import DEFAULT_MODEL, ModelOptions
+
+DEFAULT_MIN_OBSERVATIONS = 5  # spec §13 TUNER_INIT_OBS
+DEFAULT_WINDOW_SIZE = 10  # spec §13 TUNER_WINDOW_SIZE
+DEFAULT_RESIDUAL_THRESHOLD = 0.5  # spec §13 TUNER_RESIDUAL_THRESHOLD; 0 turns the pass off
+DEFAULT_SATURATION_FRACTION = 1.0  # of the model's saturation rate; None turns the test off
+# Physical bounds (ms): wider than any GPU or CPU deployment seen (spec §1.1), tight enough to
+# catch a runaway fit.
+DEFAULT_LOWER_BOUNDS = ServiceParams(1e-2, 1e-6, 1e-10)
+DEFAULT_UPPER_BOUNDS = ServiceParams(1e4, 1e2, 1.0)
+STATE_VERSION = 1
+# With no fully identified estimate yet, a fit that leaves a parameter unidentified (one request
+# shape: beta and gamma trade off) is still published when it predicts its window this well
+# (mean relative error of TTFT and of ITL): it is right for the shapes the deployment serves,
+# and waiting for a second shape could mean never sizing at all. The bound is loose because
+# sizing corrects a consistent error (Tuner.bias); real engines fit to 15-20 % here.
+PARTIAL_MAX_ERROR = 0.25
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+class TunerState(StrEnum):
+    """What the tuner's estimate is; values are exported label values."""
+
+    WARMING = "warming"  # no estimate yet
+    FITTED = "fitted"  # the last refit was accepted
+    HOLDING = "holding"  # the estimate is older than the last refit (or the seed)
+
+
+class TunerReason(StrEnum):
+    """Why the tuner is in its state; values are exported label values."""
+
+    COLLECTING = "collecting"
+    SEEDED = "seeded"
+    ACCEPTED = "accepted"
+    ACCEPTED_PARTIAL = "accepted_partial"
+    NOT_CONVERGED = "not_converged"
+    UNSTABLE = "unstable"
+    UNIDENTIFIED = "unidentified"
+    OUT_OF_BOUNDS = "out_of_bounds"
+
+
+class SkipReason(StrEnum):
+    """Why an observation was kept out of the window; values are exported label values."""
+
+    QUEUE_GROWING = "queue_growing"
+    SATURATED = "saturated"
+
+
+TUNER_MESSAGES: Mapping[TunerReason, str] = MappingProxyType(
+    {
+        TunerReason.COLLECTING: "collecting observations for the first fit",
+        TunerReason.SEEDED: "holding the initial parameters until the window can be fitted",
+        TunerReason.ACCEPTED: "the window fit was accepted",
+        TunerReason.ACCEPTED_PARTIAL: "the window fit predicts the observed request shapes but "
+        "does not identify every parameter",
+        TunerReason.NOT_CONVERGED: "the window fit did not converge",
+        TunerReason.UNSTABLE: "the window fit leaves an observation at or above saturation",
+        TunerReason.UNIDENTIFIED: "the window does not identify every parameter",
+        TunerReason.OUT_OF_BOUNDS: "the window fit is outside the physical bounds",
+    }
+)
+SKIP_MESSAGES: Mapping[SkipReason, str] = MappingProxyType(
+    {
+        SkipReason.QUEUE_GROWING: "the observation's queue was growing",
+        SkipReason.SATURATED: "the observation is at or above the estimate's saturation rate",
+    }
+)
+_REJECTIONS: Mapping[FitStatus, TunerReason] = MappingProxyType(
+    {
+        FitStatus.EVALUATION_LIMIT: TunerReason.NOT_CONVERGED,
+        FitStatus.UNSTABLE: TunerReason.UNSTABLE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TunerStatus:
+    """The tuner after one update: whether a fit was accepted, state, reason, the estimate (ms),
+    what became of the observation, and this update's fit (None when none ran)."""
+
+    success: bool
+    state: TunerState
+    reason: TunerReason
+    message: str
+    params: ServiceParams | None
+    skipped: SkipReason | None  # why the observation stayed out of the window
+    dropped_outlier: Observation | None  # the window point left out of this update's fit
+    fit: FitResult | None
+    window_size: int
+    fit_count: int
+
+
+class Tuner:
+    """Sliding-window estimator of one deployment's ServiceParams; feed one Observation per
+    cycle to `update` and persist `to_dict()`."""
+
+    def __init__(
+        self,
+        server: ServerConfig | None = None,
+        *,
+        initial: ServiceParams | None = None,
+        min_observations: int = DEFAULT_MIN_OBSERVATIONS,
+        window_size: int = DEFAULT_WINDOW_SIZE,
+        residual_threshold: float = DEFAULT_RESIDUAL_THRESHOLD,
+        saturation_fraction: float | None = DEFAULT_SATURATION_FRACTION,
+        lower_bounds: ServiceParams = DEFAULT_LOWER_BOUNDS,
+        upper_bounds: ServiceParams = DEFAULT_UPPER_BOUNDS,
+        max_std_error: float = DEFAULT_MAX_STD_ERROR,
+        options: ModelOptions = DEFAULT_MODEL,
+    ) -> None:
+        self.server = ServerConfig() if server is None else server
+        if not isinstance(self.server, ServerConfig):
+            raise ValueError(f"`server` must be a ServerConfig, got {server!r}")
+        if initial is not None and not isinstance(initial, ServiceParams):
+            raise ValueError(f"`initial` must be a ServiceParams or None, got {initial!r}")
+        self.window_size = require_int_at_least("window_size", window_size, 1)
+        self.min_observations = require_int_at_least("min_observations", min_observations, 1)
+        if self.min_observations > self.window_size:
+            raise ValueError(
+                f"`min_observations` must be an integer <= window_size ({self.window_size}), "
+                f"got {min_observations}"
+            )
+        self.residual_threshold = require_non_negative("residual_threshold", residual_threshold)
+        self.saturation_fraction = (
+            None
+            if saturation_fraction is None
+            else require_positive("saturation_fraction", saturation_fraction)
+        )
+        for name, bound in (("lower_bounds", lower_bounds), ("upper_bounds", upper_bounds)):
+            if not isinstance(bound, ServiceParams):
+                raise ValueError(f"`{name}` must be a ServiceParams, got {bound!r}")
+        if not all(
+            lo < hi for lo, hi in zip(lower_bounds.as_tuple(), upper_bounds.as_tuple(), strict=True)
+        ):
+            raise ValueError(
+                f"`lower_bounds` must be below `upper_bounds` in every parameter, "
+                f"got {lower_bounds} and {upper_bounds}"
+            )
+        self.lower_bounds, self.upper_bounds = lower_bounds, upper_bounds
+        self.max_std_error = require_positive("max_std_error", max_std_error)
+        if not isinstance(options, ModelOptions):
+            raise ValueError(f"`options` must be a ModelOptions, got {options!r}")
+        self.options = options
+        self.initial = initial
+        self._window: deque[Observation] = deque(maxlen=self.window_size)
+        self._params = initial
+        self._state = TunerState.WARMING if initial is None else TunerState.HOLDING
+        self._reason = TunerReason.COLLECTING if initial is None else TunerReason.SEEDED
+        self._last_fit: FitResult | None = None
+        self._fit_count = 0
+        self._skipped = dict.fromkeys(SkipReason, 0)
+        self._saturated_run = 0  # model-saturated observations skipped in a row
+        self._partial = False  # the estimate came from a fit that did not identify everything
+
+    @property
+    def params(self) -> ServiceParams | None:
+        """The current estimate (ms); None while warming."""
+        return self._params
+
+    @property
+    def state(self) -> TunerState:
+        return self._state
+
+    @property
+    def reason(self) -> TunerReason:
+        return self._reason
+
+    @property
+    def message(self) -> str:
+        return TUNER_MESSAGES[self._reason]
+
+    @property
+    def last_fit(self) -> FitResult | None:
+        """The most recent window fit, accepted or not."""
+        return self._last_fit
+
+    @property
+    def window(self) -> tuple[Observation, ...]:
+        """The observations the next fit uses, oldest first."""
+        return tuple(self._window)
+
+    @property
+    def fit_count(self) -> int:
+        """Number of accepted fits."""
+        return self._fit_count
+
+    def bias(self) -> tuple[float, float] | None:
+        """Mean signed relative error (pred - meas) / meas of the current estimate over the
+        window, (TTFT, ITL); None without an estimate or a window. A model that fits its
+        window well can still be biased on one metric (the fit trades TTFT against ITL);
+        sizing divides predictions by (1 + bias)."""
+        if self._params is None or not self._window:
+            return None
+        if self._last_fit is not None and self._last_fit.params == self._params:
+            errors = self._last_fit.residuals  # the accepted fit already evaluated its window
+        else:
+            problem = FitProblem(list(self._window), self.server, self.options)
+            errors, _ = problem.relative_errors(self._params)
+        finite = np.isfinite(errors).all(axis=1)
+        if not finite.any():
+            return None
+        mean = errors[finite].mean(axis=0)
+        return float(mean[0]), float(mean[1])
+
+    @property
+    def skipped(self) -> Mapping[SkipReason, int]:
+        """Observations kept out of the window so far, per reason."""
+        return MappingProxyType(dict(self._skipped))
+
+    def update(self, observation: Observation) -> TunerStatus:
+        """Take one cycle's observation; refit the window when it holds enough points."""
+        if not isinstance(observation, Observation):
+            raise ValueError(f"`observation` must be an Observation, got {observation!r}")
+        skip = self._skip_reason(observation)
+        if skip is not None:
+            self._skipped[skip] += 1
+            return self._status(success=False, skipped=skip)
+        self._window.append(observation)
+        if len(self._window) < self.min_observations:
+            return self._status(success=False)
+        result, dropped = self._refit()
+        self._last_fit = result
+        verdict = self._judge(result)
+        accepted = verdict in (TunerReason.ACCEPTED, TunerReason.ACCEPTED_PARTIAL)
+        if accepted:
+            self._params = result.params
+            self._partial = verdict is TunerReason.ACCEPTED_PARTIAL
+            self._state = TunerState.FITTED
+            self._fit_count += 1
+        else:
+            self._state = TunerState.WARMING if self._params is None else TunerState.HOLDING
+        self._reason = verdict
+        return self._status(success=accepted, dropped=dropped, result=result)
+
+    def _skip_reason(self, observation: Observation) -> SkipReason | None:
+        if observation.queue_growing:
+            return SkipReason.QUEUE_GROWING
+        if self._params is None or self._fit_count == 0 or self.saturation_fraction is None:
+            return None
+        _, load = FitProblem([observation], self.server, self.options).relative_errors(self._params)
+        if load[0] < self.saturation_fraction:
+            self._saturated_run = 0
+            return None
+        if self._saturated_run >= self.window_size:
+            return None  # the estimate, not the deployment, looks wrong: let the data decide
+        self._saturated_run += 1
+        return SkipReason.SATURATED
+
+    def _refit(self) -> tuple[FitResult, Observation | None]:
+        """Fit the window; leave out its worst point once if that point is an outlier."""
+        window = list(self._window)
+        # A partial estimate can sit where an unidentified parameter has run to zero, a point a
+        # warm start in log space cannot leave: refit it from the light-traffic guess instead.
+        start = None if self._partial else self._params
+        first = self._fit(window, start)
+        if self.residual_threshold <= 0 or len(window) < 2:
+            return first, None
+        scores = np.hypot(first.residuals[:, 0], first.residuals[:, 1])
+        worst = int(np.argmax(scores))
+        if not scores[worst] > self.residual_threshold:
+            return first, None
+        rest = window[:worst] + window[worst + 1 :]
+        return self._fit(rest, first.params), window[worst]
+
+    def _fit(self, observations: list[Observation], start: ServiceParams | None) -> FitResult:
+        return fit(
+            observations, self.server, start, options=self.options, max_std_error=self.max_std_error
+        )
+
+    def _judge(self, result: FitResult) -> TunerReason:
+        if not result.success:
+            return _REJECTIONS.get(result.status, TunerReason.NOT_CONVERGED)
+        values = zip(
+            result.params.as_tuple(),
+            self.lower_bounds.as_tuple(),
+            self.upper_bounds.as_tuple(),
+            result.identified,
+            strict=True,
+        )
+        # An unidentified parameter is not measured by the window, so its value says nothing
+        # about the deployment; only the identified ones must be physical.
+        if not all(lo <= v <= hi for v, lo, hi, known in values if known):
+            return TunerReason.OUT_OF_BOUNDS
+        if result.all_identified:
+            return TunerReason.ACCEPTED
+        may_replace = self._params is None or self._partial
+        worst = max(result.ttft_error.mean_ratio, result.itl_error.mean_ratio)
+        if may_replace and any(result.identified) and worst <= PARTIAL_MAX_ERROR:
+            return TunerReason.ACCEPTED_PARTIAL
+        return TunerReason.UNIDENTIFIED
+
+    def _status(
+        self,
+        *,
+        success: bool,
+        skipped: SkipReason | None = None,
+        dropped: Observation | None = None,
+        result: FitResult | None = None,
+    ) -> TunerStatus:
+        message = TUNER_MESSAGES[self._reason]
+        if skipped is not None:
+            message = f"{SKIP_MESSAGES[skipped]}; {message}"
+        return TunerStatus(
+            success=success,
+            state=self._state,
+            reason=self._reason,
+            message=message,
+            params=self._params,
+            skipped=skipped,
+            dropped_outlier=dropped,
+            fit=result,
+            window_size=len(self._window),
+            fit_count=self._fit_count,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state: configuration, estimate, window and last fit."""
+        return {
+            "version": STATE_VERSION,
+            "config": {
+                "server": self.server.to_dict(),
+                "initial": None if self.initial is None else self.initial.to_dict(),
+                "min_observations": self.min_observations,
+                "window_size": self.window_size,
+                "residual_threshold": self.residual_threshold,
+                "saturation_fraction": self.saturation_fraction,
+                "lower_bounds": self.lower_bounds.to_dict(),
+                "upper_bounds": self.upper_bounds.to_dict(),
+                "max_std_error": self.max_std_error,
+                "options": self.options.to_dict(),
+            },
+            "state": self._state.value,
+            "reason": self._reason.value,
+            "params": None if self._params is None else self._params.to_dict(),
+            "fit_count": self._fit_count,
+            "partial": self._partial,
+            "skipped": {reason.value: count for reason, count in self._skipped.items()},
+            "saturated_run": self._saturated_run,
+            "window": [obs.to_dict() for obs in self._window],
+            "last_fit": None if self._last_fit is None else self._last_fit.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Tuner:
+        """Inverse of to_dict; a malformed state is a ValueError naming what is wrong."""
+        if not isinstance(data, Mapping) or data.get("version") != STATE_VERSION:
+            version = data.get("version") if isinstance(data, Mapping) else data
+            raise ValueError(f"`version` must be {STATE_VERSION}, got {version!r}")
+        try:
+            cfg = data["config"]
+            tuner = cls(
+                ServerConfig(**cfg["server"]),
+                initial=_params_or_none(cfg["initial"]),
+                min_observations=cfg["min_observations"],
+                window_size=cfg["window_size"],
+                residual_threshold=cfg["residual_threshold"],
+                saturation_fraction=cfg["saturation_fraction"],
+                lower_bounds=ServiceParams.from_dict(cfg["lower_bounds"]),
+                upper_bounds=ServiceParams.from_dict(cfg["upper_bounds"]),
+                max_std_error=cfg["max_std_error"],
+                options=ModelOptions.from_dict(cfg["options"]),
+            )
+            state = _enum(TunerState, "state", data["state"])
+            reason = _enum(TunerReason, "reason", data["reason"])
+            params = _params_or_none(data["params"])
+            tuner._window.extend(Observation.from_dict(obs) for obs in data["window"])
+            last_fit = data["last_fit"]
+            tuner._last_fit = None if last_fit is None else FitResult.from_dict(last_fit)
+            tuner._fit_count = require_int_at_least("fit_count", data["fit_count"], 0)
+            tuner._saturated_run = require_int_at_least("saturated_run", data["saturated_run"], 0)
+            tuner._partial = bool(data.get("partial", False))
+            for key, count in data["skipped"].items():
+                skip = _enum(SkipReason, "skipped", key)
+                tuner._skipped[skip] = require_int_at_least(f"skipped.{key}", count, 0)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"`tuner state` is malformed: missing or bad {exc!r}") from exc
+        if (params is None) != (state is TunerState.WARMING):
+            raise ValueError(f"`params` must be present exactly when not warming, got {state}")
+        tuner._state, tuner._reason, tuner._params = state, reason, params
+        return tuner
+
+
+def _params_or_none(data: Mapping[str, float] | None) -> ServiceParams | None:
+    return None if data is None else ServiceParams.from_dict(dict(data))
+
+
+def _enum(cls: type[_E], name: str, value: object) -> _E:
+    if isinstance(value, str) and value in {member.value for member in cls}:
+        return cls(value)
+    allowed = ", ".join(repr(member.value) for member in cls)
+    raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")

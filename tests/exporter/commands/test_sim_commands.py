@@ -1,0 +1,59 @@
+"""`vllm-sizer simulate` and `emulate` subcommands, through their own parser."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import pytest
+
+from exporter.commands import sim_commands
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    sim_commands.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def test_simulate_prints_percentiles_and_writes_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sim.csv"
+    code = run(["simulate", "--rates", "1,4", "--duration-s", "60", "--warmup-s", "10",
+                "--input-tokens", "256", "--output-tokens", "64", "--csv", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "p99" in printed
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["load"] for r in rows] == ["1", "4"]
+    assert float(rows[0]["ttft_mean_ms"]) <= float(rows[1]["ttft_mean_ms"])
+    assert float(rows[0]["itl_p50_ms"]) > 0
+
+
+def test_simulate_replays_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0.5,100,10\n0.0,200,20\n")
+    out = tmp_path / "out.csv"
+    assert run(["simulate", "--trace", str(trace), "--csv", str(out)]) == 0
+    with out.open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert (row["load"], row["requests"], row["completed"]) == ("trace.csv", "2", "2")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,input_tokens\n0.0,5\n")
+    assert run(["simulate", "--trace", str(bad)]) == 2
+    assert "output_tokens" in capsys.readouterr().err
+
+
+def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["simulate", "--alpha-ms", "0"]) == 2
+    assert "`alpha_ms`" in capsys.readouterr().err
+
+
+def test_emulate_serves_for_the_given_time(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["emulate", "--duration-s", "0.3", "--time-scale", "10", "--replicas", "2"]) == 0
+    urls = [line for line in capsys.readouterr().out.splitlines() if line.startswith("http://")]
+    assert len(urls) == 2
