@@ -15,8 +15,8 @@ from numpy.typing import NDArray
 
 from model.queueing.chunks import chunk_counts
 from model.queueing.params import ServerConfig, ServiceParams, Workload
-from model.queueing.refined import work_extras
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
+from model.queueing.work import work_extras
 
 FloatArray = NDArray[np.float64]
 _Scalar = TypeVar("_Scalar", bound=np.generic)

@@ -3,7 +3,7 @@
 Same alpha, beta, gamma, chunk table and birth-death chain as the paper (spec §2-5), so X-bar,
 S-bar, W and the saturation rate keep their meaning. Three things change:
 
-* Work terms (used by the chain too): prefill attention over n^2/2 causal pairs,
+* Work terms (model/queueing/work.py, used by the chain): prefill attention over n^2/2 causal pairs,
   beta kappa E[n^2] / 2 with kappa from the architecture, and the second moments
   E[n^2] = n^2 (1 + cv_n^2), E[m^2] = m^2 (1 + cv_m^2) of the request lengths.
 * What an arrival sees: Poisson arrivals see the time average (PASTA: X_o = X-bar, busy with
@@ -22,38 +22,17 @@ W_pref(c(1)), ITL = alpha + d, TTFT = T_p + alpha + d.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-from model.queueing.params import ServiceParams
-from model.queueing.variant import ModelOptions
-
-if TYPE_CHECKING:
-    from model.queueing.chain import ChainSolution, StateTable
+from model.queueing.chain import ChainSolution, StateTable
 
 FloatArray = NDArray[np.float64]
 
 # 1 - lambda W_pref is the share of time not spent on arriving prefills; near overload of a
 # finite chain it can reach 0, where the collision terms are capped instead of dividing by 0.
 _MIN_FREE_SHARE = 1e-9
-
-
-def work_extras(
-    params: ServiceParams, n: FloatArray, m: FloatArray, options: ModelOptions
-) -> tuple[FloatArray, FloatArray]:
-    """Per-request work (ms) the refined variant adds to W_pref and W_dec: prefill attention
-    with length dispersion, and the dispersion of decode KV reads. Zero for the paper variant."""
-    if not options.refined:
-        return np.zeros_like(n), np.zeros_like(m)
-    cv2n = options.input_length_cv**2
-    cv2m = options.output_length_cv**2
-    # beta kappa E[n^2]/2: attention over the n^2/2 causal (query, key) pairs of the prompt.
-    attention = params.beta_ms * options.attention_ratio * n * n * (1.0 + cv2n) / 2.0
-    # gamma (m n + (E[m^2] + m)/2) minus the paper's gamma m (n + (m+1)/2).
-    decode = params.gamma_ms * m * m * cv2m / 2.0
-    return attention, decode
 
 
 def seen_at_constant_rate(service_ms: FloatArray, rate_per_ms: FloatArray) -> FloatArray:
