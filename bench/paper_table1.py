@@ -12,14 +12,13 @@ The grid's load generator issued constant-rate arrivals (arrival CV 0) and rate 
 synchronous, concurrency-one run; lengths were uniform on [x/2, 3x/2] (CV 1/sqrt(12)). The
 refined variant takes those as known inputs; the paper variant ignores them, as Table I did.
 
-Run: .venv/bin/python bench/paper_table1.py   (shared data: ../shared, or $VLLM_SIZER_SHARED)
+Run: .venv/bin/python bench/paper_table1.py
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -45,8 +44,7 @@ from model.queueing.variant import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DIR = Path(os.environ.get("VLLM_SIZER_SHARED", REPO_ROOT.parent / "shared"))
-GRID_CSV = SHARED_DIR / "data" / "paper-grid" / "h100-grid.csv"
+GRID_CSV = REPO_ROOT / "tests" / "data" / "h100-grid.csv"
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192, max_queue_size=None)
 STRESS_SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192, max_queue_size=256)

@@ -9,7 +9,7 @@
    points of the real grid, warm-started from the 112-point fit.
 
 Goals on a 2-core machine: refit <= 20 ms, 112-point fit <= 1 s.
-Run: .venv/bin/python bench/tuner_speed.py   (shared data: ../shared, or $VLLM_SIZER_SHARED)
+Run: .venv/bin/python bench/tuner_speed.py
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ class PaperRow(NamedTuple):
     ttft_error: float
 
 
-SHARED_DIR = Path(os.environ.get("VLLM_SIZER_SHARED", REPO_ROOT.parent / "shared"))
-GRID_CSV = SHARED_DIR / "data" / "paper-grid" / "h100-grid.csv"
+GRID_CSV = REPO_ROOT / "tests" / "data" / "h100-grid.csv"
 RESULTS = REPO_ROOT / "bench" / "results"
 SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192)
 # Paper Table I (the grid README): alpha, beta, gamma (ms), ITL and TTFT error (fractions).

@@ -1,4 +1,4 @@
-"""Shared fixtures: the project's shared data (golden cases, paper grid, vLLM dump)."""
+"""Shared fixtures: test data in tests/data (golden cases, paper grid, vLLM dumps), CRD schemas."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# The shared data folder sits beside the repository; VLLM_SIZER_SHARED overrides.
+# Figures the model and collector tests read; tests/data/README.md says where each comes from.
+DATA_DIR = REPO_ROOT / "tests" / "data"
+# The CRD schemas stay in the shared data folder beside the repository; VLLM_SIZER_SHARED overrides.
 SHARED_DIR = Path(os.environ.get("VLLM_SIZER_SHARED", REPO_ROOT.parent / "shared"))
 
 
@@ -24,18 +26,18 @@ def shared_path(*parts: str) -> Path:
 
 
 def load_golden_cases() -> list[dict[str, Any]]:
-    with shared_path("data", "golden", "model-cases.json").open() as fh:
+    with (DATA_DIR / "model-cases.json").open() as fh:
         return list(json.load(fh)["cases"])
 
 
 def load_paper_grid() -> list[dict[str, str]]:
-    with shared_path("data", "paper-grid", "h100-grid.csv").open() as fh:
+    with (DATA_DIR / "h100-grid.csv").open() as fh:
         return list(csv.DictReader(fh))
 
 
 @pytest.fixture
 def vllm_metrics_text() -> str:
-    return shared_path("data", "vllm-metrics", "vllm-0.32-cpu-tiny.txt").read_text()
+    return (DATA_DIR / "vllm-0.32-cpu-tiny.txt").read_text()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -22,9 +21,8 @@ from exporter.reading.vllm_metrics import (
     sample_from_series,
     wanted_sample_names,
 )
+from tests.conftest import DATA_DIR
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
-
-FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 
 
 def parse(text: str, model_name: str | None = None) -> PodSample:
@@ -71,7 +69,7 @@ def test_sample_is_read_only(vllm_metrics_text: str) -> None:
 
 
 def test_v1_old_names_fixture() -> None:
-    text = (FIXTURES / "vllm-v1-old-names.txt").read_text()
+    text = (DATA_DIR / "vllm-v1-old-names.txt").read_text()
     sample = parse(text, model_name="meta-llama/Llama-3.1-8B-Instruct")
     assert sample.status is SampleStatus.OK
     assert sample.legacy_names == (
@@ -86,7 +84,7 @@ def test_v1_old_names_fixture() -> None:
 
 
 def test_v0_old_names_fixture_without_engine_label() -> None:
-    text = (FIXTURES / "vllm-v0-old-names.txt").read_text()
+    text = (DATA_DIR / "vllm-v0-old-names.txt").read_text()
     sample = parse(text, model_name="facebook/opt-125m")
     assert sample.status is SampleStatus.OK
     assert sample.counters[CounterName.REQUEST_SUCCESS] == 20.0
@@ -285,7 +283,7 @@ def test_random_text_never_crashes_the_parser(text: str) -> None:
 def test_real_dump_with_random_lines_inserted_never_crashes(
     positions: list[int], junk: str
 ) -> None:
-    text = (FIXTURES / "vllm-v1-old-names.txt").read_text()
+    text = (DATA_DIR / "vllm-v1-old-names.txt").read_text()
     lines = text.splitlines()
     for pos in positions:
         lines.insert(min(pos, len(lines)), junk)

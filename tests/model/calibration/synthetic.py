@@ -11,7 +11,7 @@ import numpy as np
 from exporter.commands.plan_command import read_observations
 from model import Observation, ServerConfig, ServiceParams
 from model.queueing.analyzer import analyze_points
-from tests.conftest import shared_path
+from tests.conftest import DATA_DIR
 
 # Request shapes (avg input tokens, avg output tokens) of the synthetic windows.
 SHAPES: tuple[tuple[float, float], ...] = (
@@ -26,7 +26,7 @@ LOADS: tuple[float, ...] = (0.2, 0.5, 0.8)  # fractions of the shape's saturatio
 def grid_observations(model_name: str) -> list[Observation]:
     """The paper's 112 fitted H100 points of one model (in_paper_fit = 1)."""
     return read_observations(
-        shared_path("data", "paper-grid", "h100-grid.csv"),
+        DATA_DIR / "h100-grid.csv",
         keep=lambda row: row["model"] == model_name and row["in_paper_fit"] == "1",
     )
 

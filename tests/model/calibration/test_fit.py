@@ -26,7 +26,7 @@ from model import (
 )
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, DEFAULT_SEED
 from model.queueing.analyzer import analyze_points
-from tests.conftest import shared_path
+from tests.conftest import DATA_DIR
 from tests.model.calibration.synthetic import (
     SHAPES,
     grid_observations,
@@ -43,9 +43,9 @@ T2 = ServiceParams(8.0, 0.016, 0.0005)
 
 
 def table_one() -> dict[str, dict[str, float]]:
-    """Paper Table I as the grid's README states it: params (ms) and errors (fractions)."""
+    """Paper Table I as tests/data/README.md states it: params (ms) and errors (fractions)."""
     rows: dict[str, dict[str, float]] = {}
-    for line in shared_path("data", "paper-grid", "README.md").read_text().splitlines():
+    for line in (DATA_DIR / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 6 and cells[0] in {"Llama-3.1-8B", "Qwen2.5-14B"}:
             alpha, beta, gamma = (float(c) for c in cells[1:4])
