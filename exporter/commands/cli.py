@@ -29,7 +29,7 @@ from prometheus_client.core import Metric
 
 from exporter.clock import SystemClock
 from exporter.commands import demo, plan_command, sim_commands
-from exporter.config import load_config
+from exporter.config_loader import load_config
 from exporter.daemon import Daemon, build_sources
 from exporter.errors import ConfigError
 from exporter.exposition import build_info_family

@@ -344,7 +344,7 @@ def test_sidecars_read_every_vllm_pod_through_the_headless_service() -> None:
 
 @pytest.mark.parametrize("mode", ["sidecar", "central"])
 def test_sizer_configmap_is_accepted_by_the_daemon_config_loader(mode) -> None:
-    import exporter.config as config_module
+    import exporter.config_loader as config_module
     config = config_module.parse_config(sizer_configs()[mode])  # ConfigError lists every bad key
     (dep,) = [d for d in config.deployments if d.name == SCALED]
     assert config.listen_port == SIZER_PORT

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import load_config, parse_config
+from exporter.config_loader import load_config, parse_config
 from exporter.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
