@@ -49,7 +49,8 @@ from bench.real_vllm.sweep import Shape, ShapeProbe, probe_shape
 from bench.real_vllm.vllm_env import WORK_DIR
 from exporter.clock import SystemClock
 from exporter.config_loader import load_config
-from exporter.emulation.loadgen import LoadResult, LoadSpec, run_load
+from exporter.emulation.load_run import LoadResult, LoadSpec
+from exporter.emulation.loadgen import run_load
 from exporter.reading.sources import ScrapeSource
 from tests.integration.prometheus_server import PrometheusServer, Target
 

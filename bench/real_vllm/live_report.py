@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from exporter.emulation.loadgen import LoadResult
+from exporter.emulation.load_run import LoadResult
 
 if TYPE_CHECKING:
     from bench.real_vllm.live import CycleRow, Phase

@@ -32,7 +32,8 @@ import numpy as np
 from bench.real_vllm.prepare import prepare
 from bench.real_vllm.server import RunningServer, ServerOptions, stop_on_sigterm, vllm_server
 from exporter.clock import SystemClock
-from exporter.emulation.loadgen import LoadResult, LoadSpec, run_load
+from exporter.emulation.load_run import LoadResult, LoadSpec
+from exporter.emulation.loadgen import run_load
 from exporter.reading.observations import DeploymentObservation, observe_deployment
 from exporter.reading.sources import ScrapeSource, SourceRead
 

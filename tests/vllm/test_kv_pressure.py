@@ -9,7 +9,8 @@ import pytest
 
 from bench.real_vllm.server import RunningServer, ServerOptions, vllm_server
 from exporter.clock import SystemClock
-from exporter.emulation.loadgen import LoadResult, LoadSpec, run_load
+from exporter.emulation.load_run import LoadResult, LoadSpec
+from exporter.emulation.loadgen import run_load
 from exporter.reading.observations import Saturation, observe_deployment
 from exporter.reading.sources import ScrapeSource, SourceRead
 from tests.vllm.conftest import require_prepared

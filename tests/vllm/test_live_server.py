@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.real_vllm.server import RunningServer
 from exporter.clock import SystemClock
-from exporter.emulation.loadgen import LoadResult, LoadSpec, run_load
+from exporter.emulation.load_run import LoadResult, LoadSpec
+from exporter.emulation.loadgen import run_load
 from exporter.reading.observations import observe_deployment
 from exporter.reading.sources import ScrapeSource, SourceRead
 from exporter.reading.vllm_metrics import (

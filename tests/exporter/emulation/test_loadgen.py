@@ -11,14 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from exporter.emulation.loadgen import (
-    LoadSpec,
-    RequestStatus,
-    arrival_offsets_s,
-    completion_payload,
-    random_prompt,
-    run_load,
-)
+from exporter.emulation.completion_stream import completion_payload
+from exporter.emulation.load_run import LoadSpec, RequestStatus
+from exporter.emulation.loadgen import arrival_offsets_s, random_prompt, run_load
 
 # Tests that talk HTTP to the fake server on loopback carry the integration marker (style §7).
 loopback = pytest.mark.integration
