@@ -3,7 +3,7 @@
 `Daemon` is given everything it needs (config, sources, registry, state file, clock) and never
 sleeps: the scheduler at the edge (cli.py, demo.py) calls `run_cycle()`. A deployment that
 fails is logged, counted and skipped; the others go on, and every deployment keeps its
-calibration (style §3).
+calibration.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class Daemon:
         for runtime in self.runtimes.values():
             try:
                 observed_any |= self._cycle_deployment(runtime, now_s)
-            except Exception:  # the per-deployment guard (style §3): never stop the cycle
+            except Exception:  # the per-deployment guard, the only catch-all: never stop the cycle
                 logger.exception("%s: cycle failed", runtime.config.name)
                 self.scrape_errors.labels(runtime.config.name, "internal", "exception").inc()
                 runtime.observation = None

@@ -77,7 +77,8 @@ class PrometheusClient:
         try:
             token = self._token_file.read_text().strip()
         except OSError as exc:
-            # An explicitly configured token that cannot be read is a hard error (spec §5).
+            # A configured token file that cannot be read is a hard error, never a silent
+            # anonymous request (collector-spec §5).
             raise PrometheusQueryError(
                 self.base_url,
                 "",

@@ -1,10 +1,10 @@
-"""Per-pod vLLM samples from a direct scrape of /metrics or from Prometheus. collector-spec §5, §10.
+"""Per-pod vLLM samples from a scrape of /metrics or from Prometheus. collector-spec §5, §10.
 
 Both sources return a `SourceRead` of `PodSample`s at one instant, so a single observation
 builder (`observations.py`) turns two reads into a window. A pod that cannot be read is a
 `PodFailure` in the read, never an exception; a source that cannot be read at all (name
-resolution, a failed Prometheus query) raises a `SourceError` for the daemon's per-deployment
-guard (style §3).
+resolution, a failed Prometheus query) raises a `SourceError`: the daemon counts and logs it,
+the deployment has no observation this cycle, and its calibration is kept.
 """
 
 from __future__ import annotations

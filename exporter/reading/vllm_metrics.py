@@ -2,9 +2,11 @@
 
 A `PodSample` holds, for one pod at one instant, the cumulative counters, the histogram
 `_sum`/`_count` totals and the gauges the observation builder needs, summed over the `engine`
-and `finished_reason` labels of the chosen `model_name`. Old and new vLLM metric names are
-accepted (new first, ecosystem §1.4). The direct scrape parses exposition text here; the
-Prometheus source feeds raw series to `sample_from_series()`, so both end in the same type.
+and `finished_reason` labels (KV-cache usage: the max) of the chosen `model_name`. Old and new
+vLLM metric names are accepted: per signal the first candidate present is read, newest first
+(ecosystem §1.4), and the legacy names used are noted. The direct scrape parses exposition
+text here; the Prometheus source feeds raw series to `sample_from_series()`, so both end in
+the same type.
 """
 
 from __future__ import annotations

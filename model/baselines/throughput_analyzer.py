@@ -14,10 +14,11 @@ with q the replicas last asked for and r those ready. The line is fitted by leas
 window of (u, ITL) samples once it holds N_min samples in [u_lo, u_hi] spanning Delta_u
 (unconstrained fit); until then only the slope is fitted to the current cycle, with the intercept
 held at the last fitted one (b_0 before any fit: constrained fit). The window is cleared when
-the request shape moves by more than eps_shape, or when the line's decode rate disagrees with
-the engine's by more than eps_rate for N_ver cycles at u >= u_ver (the intercept is kept).
-WVA reference: docs/wva-anchor.md §2.3. Units here: ms for ITL, tokens/s for supply and demand;
-(15) adds requests/s to tokens/s exactly as the paper and WVA do.
+the request shape (n or m) moves by more than eps_shape, or when the line's decode rate
+r (u K_max / K_req) / ITL(u) differs from the generated tokens/s by more than eps_rate for N_ver
+cycles in a row at u >= u_ver (the intercept is kept). WVA reference: upstream
+`internal/engines/analyzers/throughput` (wva-anchor §2.3). Units here: ms for ITL, tokens/s for
+supply and demand; (15) adds requests/s to tokens/s exactly as the paper and WVA do.
 """
 
 from __future__ import annotations

@@ -1,20 +1,23 @@
 """Joint fit of (alpha, beta, gamma) to observed TTFT and ITL. Tuner spec §3, §4, §5, §10.
 
-Loss (spec §3): sum over observations of weight x (squared relative TTFT error + squared relative
-ITL error). Deviations from the reference, each a [REC] of the spec or a speed choice:
-- the parameters are fitted in log space (positivity for free, commensurate scales: spec §5.1's
-  start scaling becomes a shift) by a trust-region least-squares method on the residual vector,
-  which needs a few dozen model evaluations where Nelder-Mead needs hundreds; Nelder-Mead with
-  the spec §5 settings stays available as `FitMethod.NELDER_MEAD`;
-- residuals come from `model.residuals`: one vectorised model call per max_batch_size for all
-  observations (spec §14), a finite penalty growing with the overload for a saturated point;
-- the start comes from the spec §4 light-traffic guess on the lowest-rate observation (the one
-  closest to light traffic), scaled down if it would saturate any observation;
-- identifiability (spec §10) is judged per parameter, from the design alone like the spec's
-  kappa: at 5 % relative noise on every TTFT and ITL, the standard error of log(theta_k) from
-  the central-difference Jacobian (step 1e-3, spec §10.1) must be at most 0.15. A model misfit
-  does not make a parameter unidentified; it shows in `std_errors`, which use the residual spread
-  left (floored at 5 %). The spec's single condition number stays available as a property.
+Loss (spec §3): sum over observations of weight x (((TTFT_pred - TTFT) / TTFT)^2 +
+((ITL_pred - ITL) / ITL)^2). Deviations from the reference tuner (llm-inferno model-tuner),
+each one the tuner spec recommends or a speed choice:
+- the parameters are fitted in log space (positivity for free, commensurate scales; the
+  reference's scaling theta = p x0 by the start becomes a shift) by a trust-region least-squares
+  method on the residual vector, which needs a few dozen model evaluations where Nelder-Mead
+  needs hundreds; Nelder-Mead with the reference settings (adaptive coefficients, 5 % relative
+  initial simplex, at most 500 evaluations) stays available as `FitMethod.NELDER_MEAD`;
+- residuals come from `residuals.py`: one vectorised model call per max_batch_size for all
+  observations, and a finite penalty growing with the overload for a saturated point;
+- the start is the light-traffic guess (`initial_guess`) on the lowest-rate observation (the one
+  closest to light traffic), scaled down until every observation is below 0.9 of saturation;
+- identifiability is judged per parameter, from the design alone like the reference's
+  condition-number test: at 5 % relative noise on every TTFT and ITL, the standard error of
+  log(theta_k), sqrt(diag((J^T J)^-1)) with J the central-difference Jacobian (step 1e-3 in
+  log-parameters), must be at most 0.15. A model misfit does not make a parameter unidentified;
+  it shows in `std_errors`, which use the residual spread left (floored at 5 %). The reference's
+  single condition number sigma_max / sigma_min of J stays available as a property.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 
-DEFAULT_SEED = ServiceParams(5.0, 0.05, 5e-5)  # the reference config initState (spec §4.1, §13)
-FALLBACK_START = ServiceParams(5.0, 0.05, 5e-4)  # spec §4.3, kept for parity
-LEGACY_BASE_FACTOR = 0.9  # spec §4.2
+# The reference config's initState (spec §13): the seed whose gamma the light-traffic guess pins.
+DEFAULT_SEED = ServiceParams(5.0, 0.05, 5e-5)
+# The reference's start when no guess exists (gamma 10x the seed's; spec §4.3), kept for parity.
+FALLBACK_START = ServiceParams(5.0, 0.05, 5e-4)
+LEGACY_BASE_FACTOR = 0.9  # guess without a seed: alpha = 0.9 ITL (spec §4.2)
 DEFAULT_MAX_NFEV = 100  # trust-region steps; Nelder-Mead gets 5 loss evaluations per step
-NELDER_MEAD_MAX_FEV = 500  # spec §5.5
+NELDER_MEAD_MAX_FEV = 500  # the reference's cap on loss evaluations (spec §5.5)
 NELDER_MEAD_STEP = math.log(1.05)  # spec §5.2: a 5 % relative simplex offset, in log space
 DEFAULT_NOISE_LEVEL = 0.05  # relative measurement noise of TTFT and ITL the test assumes
 DEFAULT_MAX_STD_ERROR = 0.15  # identified: log(theta) known to +-0.15 (one standard error)
@@ -55,7 +60,7 @@ class FitMethod(StrEnum):
     """Optimizer of the fit."""
 
     TRUST_REGION = "trust_region"  # scipy least_squares "trf" on the residual vector
-    NELDER_MEAD = "nelder_mead"  # the reference's optimizer, spec §5 settings
+    NELDER_MEAD = "nelder_mead"  # the reference's optimizer and settings (spec §5)
 
 
 class FitStatus(StrEnum):
@@ -184,7 +189,8 @@ def initial_guess(
 
     Spec §4: with a seed, pin gamma to it and solve TTFT0 = alpha + (beta + gamma) n and
     ITL0 = alpha + beta + gamma (n + (m + 1) / 2) for alpha and beta, falling back to the whole
-    seed; without one, take alpha = 0.9 ITL and split the rest (the legacy path).
+    seed when n <= 1 or either comes out <= 0; without one (the legacy path), take
+    alpha = 0.9 ITL, beta + gamma = (TTFT - alpha) / n and gamma from the ITL equation.
     """
     t, i = observation.ttft_ms, observation.itl_ms
     n, m = observation.avg_input_tokens, observation.avg_output_tokens
@@ -221,7 +227,8 @@ def fit(
 ) -> FitResult:
     """Fit (alpha, beta, gamma) in ms to the observations' TTFT and ITL. Spec §3-§5, §10.
 
-    Without `start`, the spec §4 light-traffic guess on the lowest-rate observation is used.
+    Without `start`, the light-traffic guess (`initial_guess`) on the lowest-rate observation,
+    or FALLBACK_START when it fails, is used.
     `max_nfev` caps the optimizer's own residual evaluations (trust region; Jacobian ones not
     counted) or 5 x that many loss evaluations, at most 500 (Nelder-Mead); reaching the cap is
     status "evaluation_limit" (success False). `noise_level` and `max_std_error` set the
@@ -290,7 +297,9 @@ def _nelder_mead(problem: FitProblem, x0: FloatArray, max_nfev: int) -> tuple[Fl
         x0,
         method="Nelder-Mead",
         options={
-            "adaptive": True,  # the Gao-Han coefficients of spec §5.3
+            # Gao-Han coefficients for 3 parameters: reflect 1, expand 5/3, contract 7/12,
+            # shrink 2/3 (spec §5.3).
+            "adaptive": True,
             "initial_simplex": simplex,
             "maxfev": min(NELDER_MEAD_MAX_FEV, 5 * max_nfev),
             "xatol": 1e-10,

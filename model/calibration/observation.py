@@ -28,9 +28,10 @@ class Observation:
 
     `max_batch_size` None means the fit's ServerConfig applies; `timestamp` is the window's end
     (unix s) and only orders observations; `weight` scales the point's squared errors in the
-    loss; `queue_growing` marks a window whose backlog grew (saturated, never fitted; spec §8);
-    `synchronous` marks a closed concurrency-one benchmark run, which the refined model variant
-    evaluates without the chain (model/refined.py).
+    loss; `queue_growing` marks a window whose backlog grew (saturated: the steady-state model
+    does not apply, so the tuner never fits it; spec §8); `synchronous` marks a closed
+    concurrency-one benchmark run, which the refined model variant evaluates without the chain
+    (model/queueing/refined.py).
     """
 
     rate_rps: float

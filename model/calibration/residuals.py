@@ -1,9 +1,10 @@
 """Relative TTFT and ITL residuals of a set of observations, in log-parameters. Tuner spec §3.
 
-One vectorised model call per max_batch_size evaluates every observation of one parameter
-vector (spec §14). An observation at or above the model's saturation rate gets a large finite
-residual that grows with the overload (spec §3 asks for a finite BIG, not inf), so an optimizer
-is pushed back towards stability.
+Residuals are e = (pred - meas) / meas for TTFT and ITL, times sqrt(weight). One vectorised
+model call per max_batch_size evaluates every observation of one parameter vector. An
+observation at or above the model's saturation rate gets a large finite residual, 1e4 x rate /
+saturation rate per metric (finite, never inf, so the optimizer's arithmetic stays finite),
+which pushes an optimizer back towards stability.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 
 FloatArray = NDArray[np.float64]
 
-JACOBIAN_STEP = 1e-3  # relative, central differences (spec §10.1)
+JACOBIAN_STEP = 1e-3  # in log-parameters (about 0.1 % relative), central differences
 UNSTABLE_RESIDUAL = 1e4  # per overloaded observation and metric, times rate / saturation rate
 # Log-parameter limits: far outside any physics, they only keep exp() finite and positive when
 # an unidentified parameter drifts.
@@ -126,7 +127,8 @@ class FitProblem:
         return weighted
 
     def jacobian(self, x: FloatArray) -> FloatArray:
-        """Central-difference Jacobian of `residuals` in log-parameters (spec §10.1)."""
+        """Jacobian of `residuals` in log-parameters by central differences:
+        J[:, k] = (r(x + h e_k) - r(x - h e_k)) / (2 h), h = JACOBIAN_STEP. Spec §10.1."""
         columns = []
         for k in range(3):
             step = np.zeros(3)

@@ -1,7 +1,12 @@
 """Latency and throughput at a given arrival rate: mean-field evaluation at X-bar. Spec §6, §7.
 
-`ModelOptions` selects the latency assembly: the paper's (default) or the refined one
-(model/refined.py, refinements §6); the chain and every other output are shared.
+From the chain at lambda: throughput Lambda = lambda (1 - p_K), and by Little's law time in
+service S-bar = X-bar / Lambda, response R = N / Lambda, queueing delay W = L_q / Lambda. The
+paper's latencies take c-bar = c(round(X-bar)) (half up, clamped to 1..B) and
+    T_p = c-bar max(0, alpha + (X-bar - 1) delta(c-bar)) + W_pref(c-bar),
+    ITL = (S-bar - T_p) / m,   TTFT = W + T_p + ITL.
+`ModelOptions` selects the latency assembly: the refined one (default; model/queueing/refined.py)
+or the paper's; the chain and every other output are shared.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 FloatArray = NDArray[np.float64]
 Value = Any  # float for a scalar rate, a read-only numpy array for an array of rates
 
-# Sizing never searches above this fraction of the saturation rate (Go `RateRange.Max`). Spec §7.
+# MaxRate = 0.999 B / tau(B): sizing never searches above this fraction of the saturation rate
+# (Go `RateRange.Max`). Spec §7.
 MAX_RATE_FRACTION = 0.999
 
 # Means that grow without bound when the infinite chain is unstable.
@@ -41,7 +47,7 @@ class Analysis:
     """Model outputs at each offered rate; ms and req/s. Spec §5-7.
 
     Every field is a float for a scalar rate and an array for an array of rates. An unstable
-    rate (infinite waiting room at or above saturation) has stable=False and infinite latencies.
+    rate (infinite waiting room, rate >= B / tau(B)) has stable=False and infinite latencies.
     """
 
     stable: Value
@@ -130,7 +136,8 @@ def analyze_table(
     accepted = np.where(stable, lam * (1.0 - sol.p_block), sat_per_ms)
     positive = accepted > 0.0
     safe = np.where(positive, accepted, 1.0)
-    # At rate 0 the means are limits: an arrival finds an empty server (spec §6, "Limits").
+    # At rate 0 Little's ratios are 0/0; use their limits: an arrival finds an empty server, so
+    # S-bar = R = tau(1) and W = 0 (spec §6).
     service = np.where(positive, sol.batch_occupancy / safe, tau_1)
     response = np.where(positive, sol.num_in_system / safe, tau_1)
     wait = np.where(positive, sol.queue_length / safe, 0.0)

@@ -1,5 +1,13 @@
 """State-dependent times and the birth-death chain over occupancy, in log space. Spec §2, §4, §5.
 
+Every request is the mean one (n, m): c(i) prefill chunks then m decode steps, with work
+W_pref(c) = beta n + gamma n (c+1)/2 and W_dec = beta m + gamma m (n + (m+1)/2) (the refined
+variant adds the terms of work.py). With i in the batch the service time is
+tau(i) = (c(i) + m) alpha + i (W_pref + W_dec). The chain counts requests in the system: up-rate
+lambda, down-rate mu_i = min(i, B) / tau(min(i, B)); so p_i = p_0 prod_{j<=i} lambda / mu_j,
+summed as logs and normalised after subtracting the max. The waiting room beyond B is infinite
+(stable iff lambda < B / tau(B)) or holds Q requests.
+
 Tables have one row per request shape: one row for `analyze` on one workload, K rows when K
 observations with different shapes are evaluated together (the tuner's fits). Rates are given
 per row, or many rates share a single row.
@@ -33,10 +41,11 @@ class StateTable:
     """
 
     chunks: NDArray[np.int64]  # c(i)
-    w_pref_ms: FloatArray  # prefill work of one request with c(i) chunks
-    w_dec_ms: FloatArray  # decode work of one request, shape (rows, 1)
-    delta_ms: FloatArray  # mean work per iteration of one active request, delta(c(i))
-    tau_ms: FloatArray  # service time of a request in a batch of i
+    w_pref_ms: FloatArray  # prefill work of one request with c(i) chunks, W_pref(c(i))
+    w_dec_ms: FloatArray  # decode work of one request, W_dec, shape (rows, 1)
+    # delta(c) = (W_pref + W_dec) / (c + m): mean work per iteration of one active request
+    delta_ms: FloatArray
+    tau_ms: FloatArray  # tau(i): service time of a request in a batch of i
     log_mu: FloatArray  # log of the total departure rate i / tau(i), 1/ms
     cum_log_mu: FloatArray  # sum_{j<=i} log mu_j for i = 0..B, shape (rows, B+1)
     alpha_ms: float
@@ -99,7 +108,7 @@ def state_table(
 ) -> StateTable:
     """Precompute c(i), work terms, tau(i) and log departure rates for i = 1..B, one row per
     request shape (n_tokens, m_tokens: 1-D arrays of equal length). Spec §2, §4; the refined
-    variant adds its work terms (refinements §6)."""
+    variant adds the work terms of `work.py` to W_pref and W_dec."""
     alpha, beta, gamma = params.alpha_ms, params.beta_ms, params.gamma_ms
     n = np.asarray(n_tokens, dtype=np.float64).reshape(-1, 1)
     m = np.asarray(m_tokens, dtype=np.float64).reshape(-1, 1)
@@ -151,6 +160,7 @@ def workload_table(
 class ChainSolution:
     """Stationary measures of the chain for each rate (1-D arrays). Spec §5.
 
+    A finite chain has states 0..B+Q; an arrival that finds B+Q requests is lost (p_block).
     Unstable rates (infinite waiting room, rate >= B / tau(B)) carry nan in every measure
     that diverges; `stable` marks them.
     """

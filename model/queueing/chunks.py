@@ -1,4 +1,9 @@
-"""Effective prefill chunk count c(i) per batch occupancy under a token budget. Spec §3."""
+"""Effective prefill chunk count c(i) per batch occupancy under a token budget. Spec §3.
+
+c(i) = min {c >= 1 : thr(c) >= i} with thr(c) = floor(max(0, (c + m)(M - n/c) / (n + m))):
+the smallest c for which i requests' mean load of i (n + m)/(c + m) tokens per iteration plus
+one more prefill chunk of n/c tokens fits the budget M. A mean-field count, non-decreasing in i.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ def chunk_counts(n: FloatArray, m: FloatArray, server: ServerConfig) -> NDArray[
 
 
 def chunk_table(server: ServerConfig, workload: Workload) -> NDArray[np.int64]:
-    """c(i) for batch sizes i = 1..B (element i-1), as the spec's iterative definition."""
+    """c(i) for batch sizes i = 1..B (element i-1): min {c >= 1 : thr(c) >= i}."""
     n = np.array([[workload.avg_input_tokens]])
     m = np.array([[workload.avg_output_tokens]])
     table: NDArray[np.int64] = chunk_counts(n, m, server)[0]

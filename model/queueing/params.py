@@ -17,8 +17,8 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
 @dataclass(frozen=True, slots=True)
 class ServiceParams:
-    """Per-iteration cost model (ms): alpha per iteration, beta per computed token,
-    gamma per KV-cache token read. Spec §2."""
+    """Per-iteration cost model (ms): an engine iteration takes alpha + beta (tokens computed) +
+    gamma (KV-cache tokens read). Spec §2."""
 
     alpha_ms: float
     beta_ms: float
@@ -43,7 +43,8 @@ class ServiceParams:
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """vLLM scheduler limits: max_num_seqs (B), max_num_batched_tokens (M) and the waiting room
-    (None = unbounded, as vLLM and the paper; an int Q: a finite chain of B + Q). Spec §1, §5."""
+    (None = unbounded, as vLLM and the paper; an int Q: at most B + Q requests in the system,
+    later arrivals are lost; Q = 0 is no waiting room). Spec §1, §5."""
 
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS

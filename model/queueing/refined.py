@@ -10,10 +10,12 @@ S-bar, W and the saturation rate keep their meaning. Three things change:
   probability 1 - p0); constant-rate arrivals spaced 1/lambda apart see the earlier arrivals
   whose time in service S_r ~ U[S/2, 3S/2] has not yet run out. The two views are mixed
   linearly in the squared arrival CV (capped at the Poisson view).
-* TTFT = W + R + C + T_p + (L_d + d): the focal prefill iteration holds the others' decodes
-  (L_d = alpha + X_o d), not a share of their prefills; R waits for the iteration in progress
-  (Allen-Cunneen scaled); C covers arrivals joining the same prefill step; the first token is
-  one decode iteration. ITL = (S-bar - T_p) / m as in the paper (total service conserved).
+* TTFT = W + R + C + T_p + (L_d + d), with d = W_dec / m: the focal prefill iteration holds the
+  others' decodes (L_d = alpha + X_o d), not a share of their prefills, so
+  T_p = c_f L_d + W_pref(c_f) with c_f = c(round(X_o + 1)); R waits for the iteration in
+  progress (Allen-Cunneen scaled); C covers arrivals joining the same prefill step; the first
+  token is one decode iteration. ITL = (S-bar - T_p) / m as in the paper (total service
+  conserved), floored at alpha + d.
 
 A synchronous benchmark run (concurrency one, closed) has no chain: T_p = c(1) alpha +
 W_pref(c(1)), ITL = alpha + d, TTFT = T_p + alpha + d.
@@ -115,6 +117,7 @@ def refined_latencies(
         + chunk_work**2 * (1.0 + cv2n) * (chunks_per_iter + chunks_per_iter**2)
     )
     residual_poisson = second / (2.0 * mean_iter)
+    # Allen-Cunneen: f = (ca2 + cs2) / (1 + cs2), 1 for Poisson arrivals.
     cs2 = cv2n * (chunk_work / (decode_iter + chunk_work)) ** 2
     ac_factor = (ca2 + cs2) / (1.0 + cs2)
     residual = busy * (

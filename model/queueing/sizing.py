@@ -1,9 +1,12 @@
 """SLO capacity of one replica and the replica count for a total load. Spec §8, §9.
 
-Search semantics are the spec's "clean" ones: the largest rate up to which the metric stays
-within its target (the first crossing from below), never above MaxRate. A vectorised grid
-scan finds the first crossing even where chunk-count steps make ITL saw-toothed (spec §6),
-then the bracket is subdivided until it is far narrower than the 1e-5 accuracy asked for.
+Search semantics are the spec's "clean" ones, not the Go bisection's: per target, the largest
+rate in [0.001 / tau(1), MaxRate = 0.999 B / tau(B)] up to which the metric stays within it (the
+first crossing from below); a target missed at the low end is infeasible. The capacity is the
+least of the TTFT rate, the ITL rate and MaxRate. A vectorised grid scan finds the first
+crossing even where chunk-count steps make ITL saw-toothed (T_p jumps up and ITL down where
+round(X-bar) crosses a chunk breakpoint; spec §6), then the bracket is subdivided until it is far
+narrower than the 1e-5 accuracy asked for.
 """
 
 from __future__ import annotations
@@ -97,8 +100,8 @@ def _first_crossing(
     the target is missed already at lo."""
     found = _crossings(table, lo, dict.fromkeys(targets, hi), targets, SCAN_POINTS)
     if np.ptp(table.chunks) > 0:
-        # Chunk-count steps make ITL saw-toothed (spec §6): an excursion over the target can
-        # hide between two scan points. Look again, densely, below each rate found.
+        # Chunk-count steps make ITL saw-toothed: an excursion over the target can hide
+        # between two scan points. Look again, densely, below each rate found.
         ends = {name: rate for name, rate in found.items() if rate is not None and rate > lo}
         found.update(_crossings(table, lo, ends, targets, DENSE_SCAN_POINTS))
     return found
@@ -222,7 +225,10 @@ def replicas_for_slo(
     *,
     options: ModelOptions = DEFAULT_MODEL,
 ) -> ReplicaPlan:
-    """Replicas needed so that total_rate_rps, split evenly, meets the targets. Spec §9."""
+    """Replicas needed so that total_rate_rps, split evenly, meets the targets. Spec §9.
+
+    replicas = max(ceil(total / SLO capacity), min_replicas); above max_replicas the plan holds
+    max_replicas and is infeasible."""
     total = require_non_negative("total_rate_rps", total_rate_rps)
     ttft_target = require_optional_target("ttft_ms", ttft_ms)
     itl_target = require_optional_target("itl_ms", itl_ms)

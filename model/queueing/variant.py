@@ -1,10 +1,11 @@
 """Which latency assembly the model uses, and the known inputs the refined one needs.
 
 The refined variant is the default (it wins every held-out check on the paper's H100 grid and on
-a real vLLM); the paper-exact variant (spec §6) is what the golden cases pin. The refined ("B5",
-docs/model-refinements.md §6) keeps alpha, beta, gamma and the chain, and adds workload and
-architecture inputs that are known, never fitted: the arrival process's coefficient of
-variation, the dispersion of the request lengths, and the model's shape (attention FLOPs).
+a real vLLM); the paper-exact variant (mean-field latencies at X-bar, spec §6) is what the golden
+cases pin. The refined ("B5", refinements §6; model/queueing/refined.py) keeps alpha, beta,
+gamma and the chain, and adds workload and architecture inputs that are known, never fitted:
+the arrival process's coefficient of variation, the dispersion of the request lengths, and the
+model's shape (attention FLOPs).
 """
 
 from __future__ import annotations

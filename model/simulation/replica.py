@@ -1,5 +1,6 @@
 """One simulated vLLM replica: the V1 scheduler's engine iterations over numpy slot arrays.
-Spec §2 (work model, applied per iteration); style §6.
+The queueing model's work model (spec §2) is charged per iteration; per-slot state is numpy
+arrays and one iteration is a few vector operations, never a loop over requests.
 
 Each iteration schedules the running requests first, in admission order: a decoding request
 asks for one token, a prefilling one for the rest of its prompt; the token budget M is handed

@@ -1,5 +1,4 @@
-"""Per-request bookkeeping of the simulator: growable column arrays and a FIFO of request ids.
-Style §6."""
+"""Per-request bookkeeping of the simulator: growable column arrays and a FIFO of request ids."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Discrete-event simulation of a fleet of continuous-batching vLLM replicas behind a router.
-Spec §2 per iteration (see `model.replica`); style §6 (event heap, peek/step/run, SimResult).
+Each iteration costs alpha + beta (tokens) + gamma (KV reads) (spec §2; see `replica.py`). An
+event heap driven by peek() / step() / run(until_s), with the results in a frozen SimResult.
 
 Events are `(time_s, priority, seq, event)` on a heap; at equal times a replica becoming ready
 goes first, then arrivals, then iteration ends (so a request arriving exactly when an iteration

@@ -1,4 +1,4 @@
-"""Arrival and length generators for the simulator, drawn from an injected Generator. Style §6.
+"""Arrival and length generators for the simulator, drawn from an injected Generator.
 
 Arrivals are a renewal process run in "operational time": unit-mean gaps (exponential for
 Poisson, gamma with a given coefficient of variation, or exactly 1 for a constant rate) are laid
