@@ -1,146 +1,23 @@
 """Command line: `vllm-sizer run|demo|plan|fit|simulate|emulate`.
 
-With demo.py, the only code that prints, configures logging, seeds RNGs or starts the scheduler.
 Each subcommand module exposes `register(subparsers)`, which sets the handler as `func`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
-from types import FrameType
 
-from apscheduler.events import (
-    EVENT_JOB_ERROR,
-    EVENT_JOB_MAX_INSTANCES,
-    EVENT_JOB_MISSED,
-    JobExecutionEvent,
-)
-from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import Metric
-
-from exporter.clock import SystemClock
-from exporter.commands import demo, plan_command, sim_commands
-from exporter.config_loader import load_config
-from exporter.daemon import Daemon, build_sources
-from exporter.errors import ConfigError
-from exporter.exposition import build_info_family
-from exporter.server import SizerHTTPServer
-from exporter.statefile import StateFile
-
-logger = logging.getLogger("vllm_sizer")
-
-
-def package_version() -> str:
-    try:
-        return version("vllm-sizer")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-
-
-class _BuildInfo:
-    """Constant build_info family (a collector so the registry stays explicit)."""
-
-    def __init__(self, version_text: str) -> None:
-        self._version = version_text
-
-    def collect(self) -> Iterator[Metric]:
-        yield build_info_family(self._version)
-
-
-def run(args: argparse.Namespace) -> int:
-    """The daemon: cycles on a schedule, serves /metrics, /healthz, /readyz, /api/v1/predict."""
-    try:
-        config = load_config(Path(args.config))
-    except ConfigError as exc:
-        print(f"vllm-sizer: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(args.log_level or config.log_level)
-    clock = SystemClock()
-    registry = CollectorRegistry()
-    registry.register(_BuildInfo(package_version()))
-    statefile = StateFile(config.state_file) if config.state_file else None
-    daemon = Daemon(config, build_sources(config, clock), registry, clock, statefile)
-    skipped = Counter(
-        "vllm_sizer_cycles_skipped",
-        "Cycles skipped or run late because the previous one was still running.",
-        ["event"],
-        registry=registry,
-    )
-    server = SizerHTTPServer(
-        config.listen_host, config.listen_port, registry, daemon.ready, daemon.predict
-    )
-    server.start()
-    logger.info(
-        "listening on %s:%d, %d deployment(s), cycle every %gs",
-        config.listen_host,
-        server.port,
-        len(config.deployments),
-        config.cycle_period_s,
-    )
-    scheduler = BackgroundScheduler()
-
-    def on_event(event: JobExecutionEvent) -> None:
-        code = event.code
-        if code == EVENT_JOB_ERROR:
-            logger.error("cycle raised: %s", event.exception)
-            return
-        name = "missed" if code == EVENT_JOB_MISSED else "max_instances"
-        skipped.labels(name).inc()
-        logger.warning("cycle %s: the previous cycle was still running", name)
-
-    scheduler.add_listener(on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR)
-    scheduler.add_job(
-        daemon.run_cycle,
-        "interval",
-        seconds=config.cycle_period_s,
-        max_instances=1,
-        coalesce=True,
-        misfire_grace_time=int(config.cycle_period_s),
-        next_run_time=datetime.now(UTC),
-    )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    scheduler.start()
-    try:
-        stop.wait()
-    finally:
-        scheduler.shutdown(wait=True)
-        server.stop()
-    return 0
+from exporter.commands import demo, emulate, fit, plan, run, simulate
+from exporter.commands.version import package_version
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: the process's arguments) and run the chosen subcommand."""
     parser = argparse.ArgumentParser(prog="vllm-sizer", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=package_version())
     sub = parser.add_subparsers(dest="command", required=True)
-    run_parser = sub.add_parser("run", help="run the daemon with a YAML config")
-    run_parser.add_argument("--config", "-c", required=True, help="YAML config file")
-    run_parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    run_parser.set_defaults(func=run)
-    for module in (demo, plan_command, sim_commands):
+    for module in (run, demo, plan, fit, simulate, emulate):
         module.register(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -1,4 +1,4 @@
-"""`vllm-sizer simulate` and `emulate` subcommands, through their own parser."""
+"""`vllm-sizer simulate` subcommand, through its own parser."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter.commands import sim_commands
+from exporter.commands import simulate
 
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    sim_commands.register(parser.add_subparsers(dest="command", required=True))
+    simulate.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.func(args))
 
@@ -51,9 +51,3 @@ def test_simulate_replays_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["simulate", "--alpha-ms", "0"]) == 2
     assert "`alpha_ms`" in capsys.readouterr().err
-
-
-def test_emulate_serves_for_the_given_time(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["emulate", "--duration-s", "0.3", "--time-scale", "10", "--replicas", "2"]) == 0
-    urls = [line for line in capsys.readouterr().out.splitlines() if line.startswith("http://")]
-    assert len(urls) == 2

@@ -1,0 +1,69 @@
+"""`vllm-sizer emulate`: serve emulated vLLM replicas on 127.0.0.1 for a time or until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+
+import numpy as np
+
+from exporter.commands.fleet_options import add_fleet_options, parse_fleet_options
+from exporter.emulation.emulator import DEFAULT_KV_CAPACITY_TOKENS, EmulatedFleet
+from model.simulation.simulator import Router
+from model.simulation.workloads import RateProfile
+
+STATUS_PERIOD_S = 10.0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `emulate` subcommand."""
+    emu = subparsers.add_parser("emulate", help="serve emulated vLLM replicas on 127.0.0.1",
+                                description=_run_emulate.__doc__)
+    add_fleet_options(emu)
+    emu.add_argument("--rate-rps", type=float, default=5.0, help="Poisson arrival rate, req/s")
+    emu.add_argument("--time-scale", type=float, default=1.0, help="simulated s per wall s")
+    emu.add_argument("--startup-delay-s", type=float, default=0.0, help="new replica start, s")
+    emu.add_argument("--base-port", type=int, help="replica i listens on BASE+i (default: any)")
+    emu.add_argument("--model-name", default="emulated", help="the model_name label")
+    emu.add_argument("--duration-s", type=float, default=0.0, help="wall s to run (0: forever)")
+    emu.set_defaults(func=_run_emulate)
+
+
+def _run_emulate(args: argparse.Namespace) -> int:
+    """Serve emulated vLLM replicas (one /metrics each on 127.0.0.1) until interrupted."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        params, server, n_in, n_out = parse_fleet_options(args)
+        arrivals = (RateProfile.paper(args.paper_profile) if args.paper_profile is not None
+                    else args.rate_rps)
+        fleet = EmulatedFleet(
+            params, server, rng=np.random.default_rng(args.seed), arrivals=arrivals,
+            input_lengths=n_in, output_lengths=n_out, interarrival_cv=args.interarrival_cv,
+            model_name=args.model_name, replicas=args.replicas, time_scale=args.time_scale,
+            startup_delay_s=args.startup_delay_s, router=Router(args.router),
+            kv_capacity_tokens=args.kv_capacity_tokens or DEFAULT_KV_CAPACITY_TOKENS,
+            base_port=args.base_port,
+        )
+    except ValueError as exc:
+        print(f"vllm-sizer emulate: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    began = time.monotonic()
+    with fleet:
+        for url in fleet.urls:
+            print(url, flush=True)
+        try:
+            while fleet.error is None:
+                left_s = args.duration_s - (time.monotonic() - began)
+                if args.duration_s > 0 and left_s <= 0:
+                    break
+                done.wait(STATUS_PERIOD_S if args.duration_s <= 0 else min(STATUS_PERIOD_S, left_s))
+                stats = fleet.stats()
+                print(f"sim {stats.sim_time_s:8.1f} s  replicas {len(fleet.urls)}  late ticks "
+                      f"{stats.behind_ticks}", flush=True)
+        except KeyboardInterrupt:
+            pass
+    return 1 if fleet.error is not None else 0
