@@ -2,7 +2,8 @@
 
 from model.calibration.fit import FitMethod, FitResult, FitStatus, MetricError, fit, initial_guess
 from model.calibration.observation import Observation
-from model.calibration.tuner import SkipReason, Tuner, TunerReason, TunerState, TunerStatus
+from model.calibration.tuner import Tuner
+from model.calibration.verdict import SkipReason, TunerReason, TunerState, TunerStatus
 from model.queueing.analyzer import Analysis, analyze, analyze_points, max_rate
 from model.queueing.chunks import chunk_table
 from model.queueing.params import ServerConfig, ServiceParams, Workload

@@ -23,16 +23,24 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
 
-from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, FitStatus, fit
+from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
 from model.calibration.observation import Observation
 from model.calibration.residuals import FitProblem
+from model.calibration.verdict import (
+    SKIP_MESSAGES,
+    TUNER_MESSAGES,
+    SkipReason,
+    TunerReason,
+    TunerState,
+    TunerStatus,
+    judge,
+)
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.validation import require_int_at_least, require_non_negative, require_positive
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
@@ -46,86 +54,8 @@ DEFAULT_SATURATION_FRACTION = 1.0  # of the model's saturation rate; None turns 
 DEFAULT_LOWER_BOUNDS = ServiceParams(1e-2, 1e-6, 1e-10)
 DEFAULT_UPPER_BOUNDS = ServiceParams(1e4, 1e2, 1.0)
 STATE_VERSION = 1
-# With no fully identified estimate yet, a fit that leaves a parameter unidentified (one request
-# shape: beta and gamma trade off) is still published when it predicts its window this well
-# (mean relative error of TTFT and of ITL): it is right for the shapes the deployment serves,
-# and waiting for a second shape could mean never sizing at all. The bound is loose because
-# sizing corrects a consistent error (Tuner.bias); real engines fit to 15-20 % here.
-PARTIAL_MAX_ERROR = 0.25
 
 _E = TypeVar("_E", bound=StrEnum)
-
-
-class TunerState(StrEnum):
-    """What the tuner's estimate is; values are exported label values."""
-
-    WARMING = "warming"  # no estimate yet
-    FITTED = "fitted"  # the last refit was accepted
-    HOLDING = "holding"  # the estimate is older than the last refit (or the seed)
-
-
-class TunerReason(StrEnum):
-    """Why the tuner is in its state; values are exported label values."""
-
-    COLLECTING = "collecting"
-    SEEDED = "seeded"
-    ACCEPTED = "accepted"
-    ACCEPTED_PARTIAL = "accepted_partial"
-    NOT_CONVERGED = "not_converged"
-    UNSTABLE = "unstable"
-    UNIDENTIFIED = "unidentified"
-    OUT_OF_BOUNDS = "out_of_bounds"
-
-
-class SkipReason(StrEnum):
-    """Why an observation was kept out of the window; values are exported label values."""
-
-    QUEUE_GROWING = "queue_growing"
-    SATURATED = "saturated"
-
-
-TUNER_MESSAGES: Mapping[TunerReason, str] = MappingProxyType(
-    {
-        TunerReason.COLLECTING: "collecting observations for the first fit",
-        TunerReason.SEEDED: "holding the initial parameters until the window can be fitted",
-        TunerReason.ACCEPTED: "the window fit was accepted",
-        TunerReason.ACCEPTED_PARTIAL: "the window fit predicts the observed request shapes but "
-        "does not identify every parameter",
-        TunerReason.NOT_CONVERGED: "the window fit did not converge",
-        TunerReason.UNSTABLE: "the window fit leaves an observation at or above saturation",
-        TunerReason.UNIDENTIFIED: "the window does not identify every parameter",
-        TunerReason.OUT_OF_BOUNDS: "the window fit is outside the physical bounds",
-    }
-)
-SKIP_MESSAGES: Mapping[SkipReason, str] = MappingProxyType(
-    {
-        SkipReason.QUEUE_GROWING: "the observation's queue was growing",
-        SkipReason.SATURATED: "the observation is at or above the estimate's saturation rate",
-    }
-)
-_REJECTIONS: Mapping[FitStatus, TunerReason] = MappingProxyType(
-    {
-        FitStatus.EVALUATION_LIMIT: TunerReason.NOT_CONVERGED,
-        FitStatus.UNSTABLE: TunerReason.UNSTABLE,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TunerStatus:
-    """The tuner after one update: whether a fit was accepted, state, reason, the estimate (ms),
-    what became of the observation, and this update's fit (None when none ran)."""
-
-    success: bool
-    state: TunerState
-    reason: TunerReason
-    message: str
-    params: ServiceParams | None
-    skipped: SkipReason | None  # why the observation stayed out of the window
-    dropped_outlier: Observation | None  # the window point left out of this update's fit
-    fit: FitResult | None
-    window_size: int
-    fit_count: int
 
 
 class Tuner:
@@ -306,26 +236,8 @@ class Tuner:
         )
 
     def _judge(self, result: FitResult) -> TunerReason:
-        if not result.success:
-            return _REJECTIONS.get(result.status, TunerReason.NOT_CONVERGED)
-        values = zip(
-            result.params.as_tuple(),
-            self.lower_bounds.as_tuple(),
-            self.upper_bounds.as_tuple(),
-            result.identified,
-            strict=True,
-        )
-        # An unidentified parameter is not measured by the window, so its value says nothing
-        # about the deployment; only the identified ones must be physical.
-        if not all(lo <= v <= hi for v, lo, hi, known in values if known):
-            return TunerReason.OUT_OF_BOUNDS
-        if result.all_identified:
-            return TunerReason.ACCEPTED
         may_replace = self._params is None or self._partial
-        worst = max(result.ttft_error.mean_ratio, result.itl_error.mean_ratio)
-        if may_replace and any(result.identified) and worst <= PARTIAL_MAX_ERROR:
-            return TunerReason.ACCEPTED_PARTIAL
-        return TunerReason.UNIDENTIFIED
+        return judge(result, self.lower_bounds, self.upper_bounds, may_replace=may_replace)
 
     def _status(
         self,

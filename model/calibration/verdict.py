@@ -1,0 +1,121 @@
+"""The tuner's states, reasons and status, and the rule that judges a fit. Tuner spec §7.3, §9."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from model.calibration.fit import FitResult, FitStatus
+from model.calibration.observation import Observation
+from model.queueing.params import ServiceParams
+
+# With no fully identified estimate yet, a fit that leaves a parameter unidentified (one request
+# shape: beta and gamma trade off) is still published when it predicts its window this well
+# (mean relative error of TTFT and of ITL): it is right for the shapes the deployment serves,
+# and waiting for a second shape could mean never sizing at all. The bound is loose because
+# sizing corrects a consistent error (Tuner.bias); real engines fit to 15-20 % here.
+PARTIAL_MAX_ERROR = 0.25
+
+
+class TunerState(StrEnum):
+    """What the tuner's estimate is; values are exported label values."""
+
+    WARMING = "warming"  # no estimate yet
+    FITTED = "fitted"  # the last refit was accepted
+    HOLDING = "holding"  # the estimate is older than the last refit (or the seed)
+
+
+class TunerReason(StrEnum):
+    """Why the tuner is in its state; values are exported label values."""
+
+    COLLECTING = "collecting"
+    SEEDED = "seeded"
+    ACCEPTED = "accepted"
+    ACCEPTED_PARTIAL = "accepted_partial"
+    NOT_CONVERGED = "not_converged"
+    UNSTABLE = "unstable"
+    UNIDENTIFIED = "unidentified"
+    OUT_OF_BOUNDS = "out_of_bounds"
+
+
+class SkipReason(StrEnum):
+    """Why an observation was kept out of the window; values are exported label values."""
+
+    QUEUE_GROWING = "queue_growing"
+    SATURATED = "saturated"
+
+
+TUNER_MESSAGES: Mapping[TunerReason, str] = MappingProxyType(
+    {
+        TunerReason.COLLECTING: "collecting observations for the first fit",
+        TunerReason.SEEDED: "holding the initial parameters until the window can be fitted",
+        TunerReason.ACCEPTED: "the window fit was accepted",
+        TunerReason.ACCEPTED_PARTIAL: "the window fit predicts the observed request shapes but "
+        "does not identify every parameter",
+        TunerReason.NOT_CONVERGED: "the window fit did not converge",
+        TunerReason.UNSTABLE: "the window fit leaves an observation at or above saturation",
+        TunerReason.UNIDENTIFIED: "the window does not identify every parameter",
+        TunerReason.OUT_OF_BOUNDS: "the window fit is outside the physical bounds",
+    }
+)
+SKIP_MESSAGES: Mapping[SkipReason, str] = MappingProxyType(
+    {
+        SkipReason.QUEUE_GROWING: "the observation's queue was growing",
+        SkipReason.SATURATED: "the observation is at or above the estimate's saturation rate",
+    }
+)
+_REJECTIONS: Mapping[FitStatus, TunerReason] = MappingProxyType(
+    {
+        FitStatus.EVALUATION_LIMIT: TunerReason.NOT_CONVERGED,
+        FitStatus.UNSTABLE: TunerReason.UNSTABLE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TunerStatus:
+    """The tuner after one update: whether a fit was accepted, state, reason, the estimate (ms),
+    what became of the observation, and this update's fit (None when none ran)."""
+
+    success: bool
+    state: TunerState
+    reason: TunerReason
+    message: str
+    params: ServiceParams | None
+    skipped: SkipReason | None  # why the observation stayed out of the window
+    dropped_outlier: Observation | None  # the window point left out of this update's fit
+    fit: FitResult | None
+    window_size: int
+    fit_count: int
+
+
+def judge(
+    result: FitResult,
+    lower_bounds: ServiceParams,
+    upper_bounds: ServiceParams,
+    *,
+    may_replace: bool,
+) -> TunerReason:
+    """The verdict on one window fit; `may_replace` says whether a partial fit may become the
+    estimate (there is none yet, or the current one is itself partial)."""
+    if not result.success:
+        return _REJECTIONS.get(result.status, TunerReason.NOT_CONVERGED)
+    values = zip(
+        result.params.as_tuple(),
+        lower_bounds.as_tuple(),
+        upper_bounds.as_tuple(),
+        result.identified,
+        strict=True,
+    )
+    # An unidentified parameter is not measured by the window, so its value says nothing
+    # about the deployment; only the identified ones must be physical.
+    if not all(lo <= v <= hi for v, lo, hi, known in values if known):
+        return TunerReason.OUT_OF_BOUNDS
+    if result.all_identified:
+        return TunerReason.ACCEPTED
+    worst = max(result.ttft_error.mean_ratio, result.itl_error.mean_ratio)
+    if may_replace and any(result.identified) and worst <= PARTIAL_MAX_ERROR:
+        return TunerReason.ACCEPTED_PARTIAL
+    return TunerReason.UNIDENTIFIED
