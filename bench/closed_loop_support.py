@@ -24,13 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from exporter.reading.observations import (
-    MIN_BACKLOG_GROWTH,
-    QUEUE_GROWTH_FACTOR,
     STATUS_MESSAGES,
     DeploymentObservation,
     ObservationStatus,
-    Problem,
 )
+from exporter.reading.pod_observation import MIN_BACKLOG_GROWTH, QUEUE_GROWTH_FACTOR, Problem
 from model.baselines.throughput_analyzer import FleetState
 from model.simulation.replica import ReplicaState
 from model.simulation.simulator import ReplicaStatus, SimResult

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from bench.closed_loop_support import observe_window
-from exporter.reading.observations import ObservationStatus, Problem
+from exporter.reading.observations import ObservationStatus
+from exporter.reading.pod_observation import Problem
 from model.queueing.params import ServerConfig, ServiceParams
 from model.simulation.simulator import Simulator
 from model.simulation.workloads import RequestTrace

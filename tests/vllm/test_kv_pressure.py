@@ -11,7 +11,8 @@ from bench.real_vllm.server import RunningServer, ServerOptions, vllm_server
 from exporter.clock import SystemClock
 from exporter.emulation.load_run import LoadResult, LoadSpec
 from exporter.emulation.loadgen import run_load
-from exporter.reading.observations import Saturation, observe_deployment
+from exporter.reading.observations import observe_deployment
+from exporter.reading.saturation import Saturation
 from exporter.reading.sources import ScrapeSource, SourceRead
 from tests.vllm.conftest import require_prepared
 

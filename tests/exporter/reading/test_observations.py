@@ -11,12 +11,11 @@ from exporter.clock import ManualClock
 from exporter.reading.observations import (
     STATUS_MESSAGES,
     ObservationStatus,
-    Problem,
-    Saturation,
     WindowTracker,
     observe_deployment,
-    observe_pod,
 )
+from exporter.reading.pod_observation import Problem, observe_pod
+from exporter.reading.saturation import Saturation
 from exporter.reading.sources import FailureReason, PodFailure, ScrapeSource, SourceRead
 from exporter.reading.vllm_metrics import CounterName, PodSample, SampleStatus, parse_exposition
 from tests.fixtures.metrics_server import Behaviour, MetricsServer

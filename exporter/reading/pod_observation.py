@@ -1,0 +1,223 @@
+"""One pod's observation over a window: counter and histogram deltas. collector-spec §7.4.
+
+Over the window W between a pod's two samples:
+- completions C = increase of `request_success_total` (all `finished_reason`s);
+- arrival rate = (C + N_end - N_start) / W with N = running + waiting, clamped to >= the
+  completion rate (spec §7.4: vLLM has no arrival counter, completions undercount under load);
+- means from histogram `_sum`/`_count` increases: input/output tokens per completed request,
+  TTFT and ITL (s -> ms); running and waiting by Little's law from the inference- and
+  queue-time histograms (time-averages over W), else the mean of the two gauge readings.
+A decrease of any cumulative value, or a new process start time, is a restart: every value is
+counted from zero, as Prometheus `rate()` does. A window without completions has no latency
+observation (None), never zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from exporter.reading.saturation import Saturation, saturation_signs
+from exporter.reading.vllm_metrics import (
+    CounterName,
+    GaugeName,
+    HistogramName,
+    HistogramTotals,
+    PodSample,
+)
+
+MS_PER_S = 1000.0
+# λ̂ above this multiple of the completion rate means the backlog grows (spec §7.4).
+QUEUE_GROWTH_FACTOR = 1.1
+# ... and by at least this many requests, so one arrival at an idle pod is not "growing".
+MIN_BACKLOG_GROWTH = 2.0
+# Process start times differ by more than this (s) => a different process, hence a reset.
+PROCESS_START_TOLERANCE_S = 1.0
+
+
+class Problem(StrEnum):
+    """Why part of an observation is missing or degraded; values are exported label values."""
+
+    COUNTER_RESET = "counter_reset"
+    NO_COMPLETIONS = "no_completions"
+    MISSING_GAUGES = "missing_gauges"
+    MISSING_LATENCY = "missing_latency"
+    NEW_POD = "new_pod"
+    GONE_POD = "gone_pod"
+    FAILED_POD = "failed_pod"
+    MODEL_NOT_FOUND = "model_not_found"
+    BAD_POD_SAMPLE = "bad_pod_sample"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodObservation:
+    """One pod over one window: rates (req/s), means (tokens, ms, requests), flags."""
+
+    pod: str
+    window_s: float
+    completed: float
+    arrival_rate_rps: float
+    completion_rate_rps: float
+    backlog_change: float | None
+    avg_input_tokens: float | None
+    avg_output_tokens: float | None
+    ttft_ms: float | None
+    itl_ms: float | None
+    request_tpot_ms: float | None
+    avg_running: float | None
+    avg_waiting: float | None
+    kv_cache_usage_ratio: float | None
+    queue_growing: bool
+    reset: bool
+    problems: tuple[Problem, ...]
+    deltas: Mapping[HistogramName, HistogramTotals] = field(default_factory=dict)
+    saturation: tuple[Saturation, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "deltas", MappingProxyType(dict(self.deltas)))
+
+
+def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
+    """Two OK samples of one pod -> its observation over (start.time_s, end.time_s]."""
+    window_s = end.time_s - start.time_s
+    if not window_s > 0:
+        raise ValueError(f"`end.time_s` must be after `start.time_s`, got a window of {window_s} s")
+    if not (start.ok and end.ok):
+        raise ValueError(f"both samples must be OK, got {start.status} and {end.status}")
+    reset = _is_reset(start, end)
+    problems: list[Problem] = [Problem.COUNTER_RESET] if reset else []
+    completed = _increase(start.counters, end.counters, CounterName.REQUEST_SUCCESS, reset)
+    completed = 0.0 if completed is None else completed  # OK samples always carry it
+    deltas = _histogram_deltas(start, end, reset)
+    # Token fallback (biased on ramps, spec §7.3.8): counters over completions, only when the
+    # per-request histograms are absent.
+    for hist, counter in (
+        (HistogramName.PROMPT_LEN, CounterName.PROMPT_TOKENS),
+        (HistogramName.GENERATION_LEN, CounterName.GENERATION_TOKENS),
+    ):
+        tokens = _increase(start.counters, end.counters, counter, reset)
+        if hist not in deltas and tokens is not None:
+            deltas[hist] = HistogramTotals(tokens, completed)
+    n_start = 0.0 if reset else _backlog(start)
+    n_end = _backlog(end)
+    backlog_change = None if n_start is None or n_end is None else n_end - n_start
+    if backlog_change is None:
+        problems.append(Problem.MISSING_GAUGES)
+    arrivals = completed + max(backlog_change or 0.0, 0.0)
+    if completed <= 0:
+        problems.append(Problem.NO_COMPLETIONS)
+    elif HistogramName.TTFT_S not in deltas or HistogramName.ITL_S not in deltas:
+        problems.append(Problem.MISSING_LATENCY)
+    avg_waiting = _occupancy(
+        deltas, HistogramName.QUEUE_TIME_S, GaugeName.WAITING, start, end, window_s
+    )
+    kv = end.gauges.get(GaugeName.KV_USAGE)
+    queue_growing = _growing(backlog_change, arrivals, completed)
+    preempted = _increase(start.counters, end.counters, CounterName.PREEMPTIONS, reset)
+    return PodObservation(
+        pod=end.pod,
+        window_s=window_s,
+        completed=completed,
+        arrival_rate_rps=arrivals / window_s,
+        completion_rate_rps=completed / window_s,
+        backlog_change=backlog_change,
+        avg_input_tokens=histogram_mean(deltas.get(HistogramName.PROMPT_LEN)),
+        avg_output_tokens=histogram_mean(deltas.get(HistogramName.GENERATION_LEN)),
+        ttft_ms=histogram_mean(deltas.get(HistogramName.TTFT_S), MS_PER_S),
+        itl_ms=histogram_mean(deltas.get(HistogramName.ITL_S), MS_PER_S),
+        request_tpot_ms=histogram_mean(deltas.get(HistogramName.REQUEST_TPOT_S), MS_PER_S),
+        avg_running=_occupancy(
+            deltas, HistogramName.INFERENCE_TIME_S, GaugeName.RUNNING, start, end, window_s
+        ),
+        avg_waiting=avg_waiting,
+        kv_cache_usage_ratio=kv,
+        queue_growing=queue_growing,
+        reset=reset,
+        problems=tuple(problems),
+        deltas=deltas,
+        saturation=saturation_signs(
+            histogram_mean(deltas.get(HistogramName.QUEUE_TIME_S)),
+            histogram_mean(deltas.get(HistogramName.INFERENCE_TIME_S)),
+            avg_waiting,
+            queue_growing,
+            kv,
+            preempted,
+        ),
+    )
+
+
+def _is_reset(start: PodSample, end: PodSample) -> bool:
+    if start.process_start_s is not None and end.process_start_s is not None:
+        if abs(end.process_start_s - start.process_start_s) > PROCESS_START_TOLERANCE_S:
+            return True
+    if any(end.counters[c] < v for c, v in start.counters.items() if c in end.counters):
+        return True
+    return any(
+        end.histograms[h].count < t.count or end.histograms[h].sum < t.sum
+        for h, t in start.histograms.items()
+        if h in end.histograms
+    )
+
+
+def _increase(
+    start: Mapping[CounterName, float],
+    end: Mapping[CounterName, float],
+    name: CounterName,
+    reset: bool,
+) -> float | None:
+    if name not in end:
+        return None
+    if reset:
+        return end[name]
+    return end[name] - start[name] if name in start else None
+
+
+def _histogram_deltas(
+    start: PodSample, end: PodSample, reset: bool
+) -> dict[HistogramName, HistogramTotals]:
+    deltas: dict[HistogramName, HistogramTotals] = {}
+    for name, totals in end.histograms.items():
+        if reset:
+            deltas[name] = totals
+        elif name in start.histograms:
+            first = start.histograms[name]
+            deltas[name] = HistogramTotals(totals.sum - first.sum, totals.count - first.count)
+    return deltas
+
+
+def histogram_mean(totals: HistogramTotals | None, scale: float = 1.0) -> float | None:
+    """Sum over count times `scale`; None when nothing was observed (never a zero)."""
+    if totals is None or totals.count <= 0:
+        return None
+    return scale * totals.sum / totals.count
+
+
+def _backlog(sample: PodSample) -> float | None:
+    running = sample.gauges.get(GaugeName.RUNNING)
+    waiting = sample.gauges.get(GaugeName.WAITING)
+    return None if running is None or waiting is None else running + waiting
+
+
+def _occupancy(
+    deltas: Mapping[HistogramName, HistogramTotals],
+    phase: HistogramName,
+    gauge: GaugeName,
+    start: PodSample,
+    end: PodSample,
+    window_s: float,
+) -> float | None:
+    """Mean requests in a phase: time spent in it per second of window (Little), else gauges."""
+    d = deltas.get(phase)
+    if d is not None and d.count > 0:
+        return d.sum / window_s
+    if gauge in start.gauges and gauge in end.gauges:
+        return 0.5 * (start.gauges[gauge] + end.gauges[gauge])
+    return end.gauges.get(gauge)
+
+
+def _growing(backlog_change: float | None, arrivals: float, completed: float) -> bool:
+    if backlog_change is None or backlog_change < MIN_BACKLOG_GROWTH:
+        return False
+    return arrivals > QUEUE_GROWTH_FACTOR * completed
