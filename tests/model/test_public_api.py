@@ -45,7 +45,7 @@ def test_core_names_are_exported() -> None:
 
 
 def test_model_modules_import_no_io() -> None:
-    for path in Path(model.__file__).parent.glob("*.py"):
+    for path in Path(model.__file__).parent.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
