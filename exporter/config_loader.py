@@ -1,4 +1,4 @@
-"""YAML configuration -> frozen `Config`, every bad key reported at once. Issue "daemon" §1."""
+"""YAML configuration -> frozen `Config`, every bad key reported at once."""
 
 from __future__ import annotations
 

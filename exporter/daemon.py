@@ -1,4 +1,4 @@
-"""Composition root: one cycle = read, observe, tune, decide, publish, save. Issue "daemon".
+"""Composition root: one cycle = read, observe, tune, decide, publish, save.
 
 `Daemon` is given everything it needs (config, sources, registry, state file, clock) and never
 sleeps: the scheduler at the edge (cli.py, demo.py) calls `run_cycle()`. A deployment that

@@ -2,7 +2,7 @@
 
 It never computes and never does I/O: `publish()` swaps the snapshot, `collect()` turns it into
 fresh metric families. A value that is None is omitted, never exported as 0, so KEDA's fallback
-applies instead of a scale-to-minimum. Units are converted here: ms -> s. Issue "daemon" §3.
+applies instead of a scale-to-minimum. Units are converted here: ms -> s.
 """
 
 from __future__ import annotations

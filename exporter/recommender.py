@@ -1,6 +1,6 @@
 """Observation + calibration -> replica decision, with bounds and scale-down stabilization.
 
-Pure decision logic (no I/O, no clock reads): the daemon passes the time in. Issue "daemon" §2.
+Pure decision logic (no I/O, no clock reads): the daemon passes the time in.
 The highest recommendation within the stabilization window wins, as the HPA does for scale-down,
 so scale-up is immediate. History is kept in wall-clock seconds so it survives a restart.
 """

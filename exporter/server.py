@@ -1,7 +1,7 @@
 """The daemon's one HTTP server: /metrics, /healthz, /readyz and /api/v1/predict.
 
 Binds only to the configured address; no endpoint changes state. JSON uses seconds
-(style §2: conversion happens here and in collector.py). Issue "daemon" §4.
+(units are converted only here and in exposition.py).
 """
 
 from __future__ import annotations
