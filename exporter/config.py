@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from model import ModelOptions, ServerConfig, ServiceParams
@@ -27,6 +28,13 @@ class PrometheusConfig:
     timeout_s: float = DEFAULT_PROMETHEUS_TIMEOUT_S
 
 
+class SourceKind(StrEnum):
+    """How a deployment's vLLM metrics are read; exported label values."""
+
+    SCRAPE = "scrape"  # the pods' /metrics, directly
+    PROMETHEUS = "prometheus"  # vLLM's series in a Prometheus server
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceConfig:
     """Where a deployment's vLLM metrics come from: exactly one of the three."""
@@ -37,9 +45,9 @@ class SourceConfig:
     scrape_timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S
 
     @property
-    def kind(self) -> str:
-        """'scrape' or 'prometheus': the label value of scrape errors."""
-        return "prometheus" if self.prometheus_selector is not None else "scrape"
+    def kind(self) -> SourceKind:
+        """How the metrics are read: the `source` label of scrape errors."""
+        return SourceKind.PROMETHEUS if self.prometheus_selector is not None else SourceKind.SCRAPE
 
 
 @dataclass(frozen=True, slots=True)

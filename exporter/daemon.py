@@ -1,9 +1,9 @@
 """Composition root: one cycle = read, observe, tune, decide, publish, save.
 
 `Daemon` is given everything it needs (config, sources, registry, state file, clock) and never
-sleeps: the scheduler at the edge (cli.py, demo.py) calls `run_cycle()`. A deployment that
-fails is logged, counted and skipped; the others go on, and every deployment keeps its
-calibration.
+sleeps: the scheduler at the edge (commands/run.py, commands/demo.py) calls `run_cycle()`. A
+deployment that fails is logged, counted and skipped; the others go on, and every deployment
+keeps its calibration.
 """
 
 from __future__ import annotations
@@ -14,16 +14,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from exporter.clock import Clock
 from exporter.config import Config, DeploymentConfig
-from exporter.errors import SourceError
-from exporter.exposition import PREFIX, CycleSnapshot, DeploymentStatus, SnapshotCollector
+from exporter.errors import FailureReason, SourceError
+from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
+from exporter.operation_metrics import CycleOutcome, OperationMetrics
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
+from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
 from exporter.reading.sources import HistorySource, PrometheusSource, ScrapeSource, Source
-from exporter.recommender import Decision, Recommender, forecast, waiting_queue_grows
+from exporter.recommender import (
+    Decision,
+    Recommender,
+    forecast,
+    saturated,
+    slo_headroom_ratio,
+    waiting_queue_grows,
+)
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
 from model import ServiceParams, Workload
@@ -112,38 +121,18 @@ class Daemon:
         registry: CollectorRegistry,
         clock: Clock,
         statefile: StateFile | None = None,
+        *,
+        wall_clock: Clock | None = None,
     ) -> None:
+        """`clock` drives the cycle (windows, readiness); `wall_clock` (default: `clock`) times
+        what is exported, so a simulation's daemon still exports wall-clock timestamps."""
         self.config = config
         self._clock = clock
+        self._wall_clock = wall_clock or clock
         self._statefile = statefile
         self.collector = SnapshotCollector()
         registry.register(self.collector)
-        self.scrape_errors = Counter(
-            PREFIX + "scrape_errors",
-            "Failed reads of vLLM metrics, by source kind and reason.",
-            ["deployment", "source", "reason"],
-            registry=registry,
-        )
-        self.observation_problems = Counter(
-            PREFIX + "observation_problems",
-            "Degraded observation windows (counter resets, new or gone pods, ...), by problem.",
-            ["deployment", "problem"],
-            registry=registry,
-        )
-        self.cycle_duration = Gauge(
-            PREFIX + "cycle_duration_seconds", "Wall time of the last cycle.", registry=registry
-        )
-        self.last_success = Gauge(
-            PREFIX + "last_successful_cycle_timestamp_seconds",
-            "Unix time of the last cycle in which at least one deployment was observed.",
-            registry=registry,
-        )
-        self.cycles = Counter(
-            PREFIX + "cycles",
-            "Cycles run, by outcome (ok, failed).",
-            ["outcome"],
-            registry=registry,
-        )
+        self.metrics = OperationMetrics(registry, config.deployments)
         self._last_success_mono: float | None = None
         self.runtimes = {
             dep.name: DeploymentRuntime(
@@ -161,7 +150,7 @@ class Daemon:
 
     def run_cycle(self) -> CycleSnapshot:
         """Read, observe, tune, decide for every deployment; publish and save."""
-        start = self._clock.monotonic()
+        start = self._wall_clock.monotonic()
         now_s = self._clock.time()
         statuses: list[DeploymentStatus] = []
         observed_any = False
@@ -170,17 +159,20 @@ class Daemon:
                 observed_any |= self._cycle_deployment(runtime, now_s)
             except Exception:  # the per-deployment guard, the only catch-all: never stop the cycle
                 logger.exception("%s: cycle failed", runtime.config.name)
-                self.scrape_errors.labels(runtime.config.name, "internal", "exception").inc()
+                dep = runtime.config
+                self.metrics.scrape_errors.labels(
+                    dep.name, dep.source.kind, FailureReason.INTERNAL
+                ).inc()
                 runtime.observation = None
             statuses.append(self._status(runtime))
         snapshot = CycleSnapshot(tuple(statuses))
         self.collector.publish(snapshot)
         self._save()
-        self.cycle_duration.set(self._clock.monotonic() - start)
         if observed_any:
-            self.last_success.set(now_s)
+            self.metrics.last_success.set(self._wall_clock.time())
             self._last_success_mono = self._clock.monotonic()
-        self.cycles.labels("ok" if observed_any else "failed").inc()
+        outcome = CycleOutcome.OK if observed_any else CycleOutcome.FAILED
+        self.metrics.observe_cycle(self._wall_clock.monotonic() - start, outcome)
         return snapshot
 
     def _cycle_deployment(self, runtime: DeploymentRuntime, now_s: float) -> bool:
@@ -192,18 +184,20 @@ class Daemon:
             read = runtime.source.read()
         except SourceError as exc:
             logger.warning("%s: source failed (%s): %s", dep.name, exc.reason, exc)
-            self.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
+            self.metrics.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
             runtime.observation = None
             self._log(runtime, runtime.recommender.decide(now_s, None, runtime.params, None))
             return False
         for failure in read.failures:
-            self.scrape_errors.labels(dep.name, dep.source.kind, failure.reason.value).inc()
+            self.metrics.scrape_errors.labels(dep.name, dep.source.kind, failure.reason).inc()
         obs = runtime.tracker.observe(read)
         runtime.observation = obs
         for problem in obs.problems:
-            self.observation_problems.labels(dep.name, problem.value).inc()
+            self.metrics.observation_problems.labels(dep.name, problem).inc()
         if obs.status is ObservationStatus.MODEL_NOT_FOUND:
-            self.scrape_errors.labels(dep.name, dep.source.kind, "model_not_found").inc()
+            self.metrics.scrape_errors.labels(
+                dep.name, dep.source.kind, FailureReason.MODEL_NOT_FOUND
+            ).inc()
         if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
             try:
                 runtime.workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
@@ -239,7 +233,9 @@ class Daemon:
         if previous is not None and abs(obs.arrival_rate_rps - previous) > MAX_RATE_CHANGE * max(
             obs.arrival_rate_rps, previous
         ):
-            self.observation_problems.labels(runtime.config.name, "non_stationary").inc()
+            self.metrics.observation_problems.labels(
+                runtime.config.name, Problem.NON_STATIONARY
+            ).inc()
             return
         try:
             point = Observation(
@@ -254,7 +250,9 @@ class Daemon:
             )
         except ValueError as exc:
             logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
-            self.observation_problems.labels(runtime.config.name, "invalid_observation").inc()
+            self.metrics.observation_problems.labels(
+                runtime.config.name, Problem.INVALID_OBSERVATION
+            ).inc()
             return
         runtime.tuner.update(point)
 
@@ -268,14 +266,18 @@ class Daemon:
             model_name=dep.model_name,
             decision=decision,
             params=runtime.params,
-            tuner_state=runtime.tuner.state.value,
-            tuner_reason=runtime.tuner.reason.value,
+            tuner_state=runtime.tuner.state,
+            tuner_reason=runtime.tuner.reason,
             fit_ttft_error=None if fit is None else fit.ttft_error.mean_ratio,
             fit_itl_error=None if fit is None else fit.itl_error.mean_ratio,
             observed_ttft_ms=None if obs is None else obs.ttft_ms,
             observed_itl_ms=None if obs is None else obs.itl_ms,
             slo_ttft_ms=dep.slo.ttft_ms,
             slo_itl_ms=dep.slo.itl_ms,
+            source_up=obs is not None and obs.ready_pods > 0,
+            pods_observed=0 if obs is None else obs.ready_pods,
+            saturated=saturated(decision, obs),
+            slo_headroom_ratio=slo_headroom_ratio(decision),
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:

@@ -9,6 +9,24 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+
+class FailureReason(StrEnum):
+    """Why a read of vLLM's metrics failed; the `reason` label of vllm_sizer_scrape_errors_total."""
+
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    HTTP_STATUS = "http_status"
+    PARSE = "parse"
+    STALE = "stale"
+    RESOLVE = "resolve"
+    BAD_RESPONSE = "bad_response"  # Prometheus answered, but not with a vector
+    QUERY = "query"  # Prometheus rejected the query
+    TOKEN = "token"  # the bearer token file could not be read
+    MODEL_NOT_FOUND = "model_not_found"  # pods answered, none serves the configured model
+    INTERNAL = "internal"  # a bug in the sizer, caught by the per-deployment guard
+
 
 class ConfigError(Exception):
     """Invalid configuration; `problems` lists one 'key.path: message' per bad key."""
@@ -19,9 +37,11 @@ class ConfigError(Exception):
 
 
 class SourceError(Exception):
-    """A metric source failed; `reason` is a short machine-readable label value."""
+    """A metric source failed; `reason` is the exported label value."""
 
-    def __init__(self, message: str, *, reason: str, deployment: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, reason: FailureReason, deployment: str | None = None
+    ) -> None:
         self.reason = reason
         self.deployment = deployment
         super().__init__(message)
@@ -30,7 +50,9 @@ class SourceError(Exception):
 class ScrapeError(SourceError):
     """Fetching or parsing one vLLM /metrics endpoint failed."""
 
-    def __init__(self, url: str, message: str, *, reason: str = "scrape") -> None:
+    def __init__(
+        self, url: str, message: str, *, reason: FailureReason = FailureReason.PARSE
+    ) -> None:
         self.url = url
         super().__init__(f"{url}: {message}", reason=reason)
 
@@ -38,7 +60,9 @@ class ScrapeError(SourceError):
 class PrometheusQueryError(SourceError):
     """A query against the Prometheus HTTP API failed."""
 
-    def __init__(self, url: str, query: str, message: str, *, reason: str = "prometheus") -> None:
+    def __init__(
+        self, url: str, query: str, message: str, *, reason: FailureReason = FailureReason.QUERY
+    ) -> None:
         self.url = url
         self.query = query
         super().__init__(f"{url} [{query}]: {message}", reason=reason)

@@ -3,17 +3,22 @@
 It never computes and never does I/O: `publish()` swaps the snapshot, `collect()` turns it into
 fresh metric families. A value that is None is omitted, never exported as 0, so KEDA's fallback
 applies instead of a scale-to-minimum. Units are converted here: ms -> s.
+
+Changing state (the recommendation's reason, the tuner's state) is an enum-style gauge: one
+series per known value, 1 for the current one and 0 for the others, so a state can be alerted
+on with `== 1` and its series never churn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
-from exporter.recommender import Decision
-from model import ServiceParams
+from exporter.recommender import Decision, Reason
+from model import ServiceParams, TunerReason, TunerState
 
 PREFIX = "vllm_sizer_"
 LABELS = ("deployment", "model_name")
@@ -28,14 +33,25 @@ class DeploymentStatus:
     model_name: str
     decision: Decision
     params: ServiceParams | None
-    tuner_state: str
-    tuner_reason: str
+    tuner_state: TunerState
+    tuner_reason: TunerReason
     fit_ttft_error: float | None
     fit_itl_error: float | None
     observed_ttft_ms: float | None
     observed_itl_ms: float | None
     slo_ttft_ms: float | None
     slo_itl_ms: float | None
+    source_up: bool  # the last read gave at least one pod's sample
+    pods_observed: int  # pods whose metrics were read in the last cycle
+    saturated: bool | None  # None: neither a prediction nor an observation to judge by
+    slo_headroom_ratio: float | None
+
+
+class Signal(StrEnum):
+    """Which latency a fit error is about; exported label values."""
+
+    TTFT = "ttft"
+    ITL = "itl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +70,10 @@ def _ms(value: float | None) -> float | None:
 
 def _param(name: str) -> Callable[[DeploymentStatus], float | None]:
     return lambda s: None if s.params is None else getattr(s.params, name) * S_PER_MS
+
+
+def _flag(value: bool | None) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +98,14 @@ GAUGES: tuple[GaugeSpec, ...] = (
     ),
     GaugeSpec(
         "predicted_ttft_seconds",
-        "Model TTFT at the current load on the current replicas, as of the last cycle.",
+        "Model TTFT at the current load on the current replicas (+Inf when saturated; never "
+        "scale on it), as of the last cycle.",
         lambda s: _ms(s.decision.predicted_ttft_ms),
     ),
     GaugeSpec(
         "predicted_itl_seconds",
-        "Model ITL at the current load on the current replicas, as of the last cycle.",
+        "Model ITL at the current load on the current replicas (+Inf when saturated; never "
+        "scale on it), as of the last cycle.",
         lambda s: _ms(s.decision.predicted_itl_ms),
     ),
     GaugeSpec(
@@ -128,6 +150,63 @@ GAUGES: tuple[GaugeSpec, ...] = (
     ),
     GaugeSpec("slo_ttft_seconds", "Configured TTFT target.", lambda s: _ms(s.slo_ttft_ms)),
     GaugeSpec("slo_itl_seconds", "Configured ITL target.", lambda s: _ms(s.slo_itl_ms)),
+    GaugeSpec(
+        "saturated",
+        "1 when the load saturates the current replicas (model or growing backlog), else 0.",
+        lambda s: _flag(s.saturated),
+    ),
+    GaugeSpec(
+        "slo_headroom_ratio",
+        "SLO capacity of the current replicas over the arrival rate (0 when saturated, at most "
+        "100), as of the last cycle.",
+        lambda s: s.slo_headroom_ratio,
+    ),
+    GaugeSpec(
+        "source_up",
+        "1 when the last cycle read at least one pod's vLLM metrics, else 0.",
+        lambda s: float(s.source_up),
+    ),
+    GaugeSpec(
+        "pods_observed",
+        "Pods whose vLLM metrics the last cycle read.",
+        lambda s: s.pods_observed,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EnumGaugeSpec:
+    """An enum-style gauge: one series per value of `values`, 1 for the current, 0 others."""
+
+    name: str
+    help: str
+    label: str
+    values: type[StrEnum]
+    current: Callable[[DeploymentStatus], StrEnum]
+
+
+ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
+    EnumGaugeSpec(
+        "recommendation_reason",
+        "Why desired_replicas has its value: 1 for the current reason, 0 for the others.",
+        "reason",
+        Reason,
+        lambda s: s.decision.reason,
+    ),
+    EnumGaugeSpec(
+        "tuner_state",
+        "The tuner's state: 1 for the current state, 0 for the others.",
+        "state",
+        TunerState,
+        lambda s: s.tuner_state,
+    ),
+    EnumGaugeSpec(
+        "tuner_reason",
+        "Why the tuner is in its state: 1 for the current reason, 0 for the others.",
+        "reason",
+        TunerReason,
+        lambda s: s.tuner_reason,
+    ),
 )
 
 
@@ -159,31 +238,36 @@ class SnapshotCollector:
                 if value is not None:
                     family.add_metric([status.deployment, status.model_name], float(value))
             yield family
+        for enum_spec in ENUM_GAUGES:
+            family = GaugeMetricFamily(
+                PREFIX + enum_spec.name, enum_spec.help, labels=(*LABELS, enum_spec.label)
+            )
+            for status in snapshot.deployments:
+                current = enum_spec.current(status)
+                for member in enum_spec.values:
+                    key = [status.deployment, status.model_name, member.value]
+                    family.add_metric(key, float(member is current))
+            yield family
         errors = GaugeMetricFamily(
-            PREFIX + "fit_relative_error",
-            "Mean relative error of the last fit (label metric), as of the last cycle.",
-            labels=(*LABELS, "metric"),
-        )
-        recommendation = GaugeMetricFamily(
-            PREFIX + "recommendation_info",
-            "Why desired_replicas has its value (label reason), as of the last cycle.",
-            labels=(*LABELS, "reason"),
-        )
-        tuner = GaugeMetricFamily(
-            PREFIX + "tuner_state_info",
-            "Tuner state (warming, fitted, holding) and its reason, as of the last cycle.",
-            labels=(*LABELS, "state", "reason"),
+            PREFIX + "fit_error_ratio",
+            "Mean relative error of the last fit over its window (0-1), as of the last cycle.",
+            labels=(*LABELS, "signal"),
         )
         for s in snapshot.deployments:
-            key = [s.deployment, s.model_name]
-            for metric, value in (("ttft", s.fit_ttft_error), ("itl", s.fit_itl_error)):
-                if value is not None:
-                    errors.add_metric([*key, metric], value)
-            recommendation.add_metric([*key, s.decision.reason.value], 1.0)
-            tuner.add_metric([*key, s.tuner_state, s.tuner_reason], 1.0)
+            for signal, error in ((Signal.TTFT, s.fit_ttft_error), (Signal.ITL, s.fit_itl_error)):
+                if error is not None:
+                    errors.add_metric([s.deployment, s.model_name, signal.value], error)
         yield errors
-        yield recommendation
-        yield tuner
+
+
+class BuildInfoCollector:
+    """vllm_sizer_build_info{version} 1, as a collector so the registry stays explicit."""
+
+    def __init__(self, version: str) -> None:
+        self._version = version
+
+    def collect(self) -> Iterator[Metric]:
+        yield build_info_family(self._version)
 
 
 def build_info_family(version: str) -> InfoMetricFamily:

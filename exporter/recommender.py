@@ -94,6 +94,35 @@ class Decision:
     predicted_itl_ms: float | None
 
 
+def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
+    """The model says the load saturates the current replicas, or the backlog grew; None with
+    neither a prediction nor an observation."""
+    predicted = decision.predicted_ttft_ms
+    if predicted is None and obs is None:
+        return None
+    model_says = predicted is not None and math.isinf(predicted)
+    return model_says or (obs is not None and waiting_queue_grows(obs))
+
+
+# slo_headroom_ratio is capped: no load (or a tiny one) would otherwise give +Inf.
+MAX_HEADROOM_RATIO = 100.0
+
+
+def slo_headroom_ratio(decision: Decision) -> float | None:
+    """SLO capacity of the current replicas over the arrival rate: finite, 0 when saturated,
+    at most MAX_HEADROOM_RATIO; None without a capacity or a rate."""
+    capacity, current = decision.max_rate_per_replica_rps, decision.current_replicas
+    rate, predicted = decision.arrival_rate_rps, decision.predicted_ttft_ms
+    if capacity is None or current is None or rate is None:
+        return None
+    if predicted is not None and math.isinf(predicted):
+        return 0.0
+    total = capacity * current
+    if rate * MAX_HEADROOM_RATIO <= total:
+        return MAX_HEADROOM_RATIO
+    return total / rate
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Forecast:
     """The bias-corrected model of one deployment: replicas for a total rate, and latencies

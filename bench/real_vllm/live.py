@@ -193,8 +193,16 @@ def daemon_process(config_path: Path, log_path: Path) -> Iterator[subprocess.Pop
         process.wait()
 
 
+# Enum-style gauges of the daemon -> (key in the view, label holding the value).
+ENUM_GAUGE_KEYS = {
+    "vllm_sizer_recommendation_reason": ("reason", "reason"),
+    "vllm_sizer_tuner_state": ("tuner_state", "state"),
+    "vllm_sizer_tuner_reason": ("tuner_reason", "reason"),
+}
+
+
 def read_daemon(url: str) -> dict[str, Any]:
-    """The daemon's /metrics: this deployment's gauges by name, labels of its info series, the
+    """The daemon's /metrics: this deployment's gauges by name, its current states, the
     last cycle's time and the cycle count summed over outcomes."""
     text = requests.get(url, timeout=5.0).text
     view: dict[str, Any] = {"cycles": 0.0}
@@ -206,13 +214,12 @@ def read_daemon(url: str) -> dict[str, Any]:
                 view[sample.name] = sample.value
             elif sample.labels.get("deployment") != DEPLOYMENT:
                 continue
-            elif sample.name == "vllm_sizer_recommendation_info":
-                view["reason"] = sample.labels["reason"]
-            elif sample.name == "vllm_sizer_tuner_state_info":
-                view["tuner_state"] = sample.labels["state"]
-                view["tuner_reason"] = sample.labels["reason"]
-            elif sample.name == "vllm_sizer_fit_relative_error":
-                view[f"fit_{sample.labels['metric']}_error"] = sample.value
+            elif sample.name in ENUM_GAUGE_KEYS:
+                if sample.value == 1.0:  # enum-style: the current value's series is 1
+                    key, label = ENUM_GAUGE_KEYS[sample.name]
+                    view[key] = sample.labels[label]
+            elif sample.name == "vllm_sizer_fit_error_ratio":
+                view[f"fit_{sample.labels['signal']}_error"] = sample.value
             elif family.type == "gauge":
                 view[sample.name] = sample.value
     return view

@@ -18,9 +18,12 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from exporter.clock import SystemClock
+from exporter.commands.version import package_version
 from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon import Daemon
 from exporter.emulation.emulator import EmulatedFleet
+from exporter.exposition import BuildInfoCollector
 from exporter.reading.sources import ScrapeSource, SourceRead
 from exporter.server import SizerHTTPServer
 from model import ServerConfig, ServiceParams
@@ -118,9 +121,17 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     config = Config(cycle_period_s=CYCLE_S, deployments=(deployment,))
     registry = CollectorRegistry()
+    registry.register(BuildInfoCollector(package_version()))
     rows: list[CycleRow] = []
     with fleet:
-        daemon = Daemon(config, {NAME: FleetSource(fleet)}, registry, fleet.sim_clock)
+        # Cycles run on simulated time; what /metrics exports is timed on the wall clock.
+        daemon = Daemon(
+            config,
+            {NAME: FleetSource(fleet)},
+            registry,
+            fleet.sim_clock,
+            wall_clock=SystemClock(),
+        )
         http = SizerHTTPServer("127.0.0.1", args.port, registry, daemon.ready, daemon.predict)
         http.start()
         print(

@@ -7,7 +7,6 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -19,15 +18,15 @@ from apscheduler.events import (
     JobExecutionEvent,
 )
 from apscheduler.schedulers.background import BackgroundScheduler
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import Metric
+from prometheus_client import CollectorRegistry
 
 from exporter.clock import SystemClock
 from exporter.commands.version import package_version
 from exporter.config_loader import load_config
 from exporter.daemon import Daemon, build_sources
 from exporter.errors import ConfigError
-from exporter.exposition import build_info_family
+from exporter.exposition import BuildInfoCollector
+from exporter.operation_metrics import SkippedEvent
 from exporter.server import SizerHTTPServer
 from exporter.statefile import StateFile
 
@@ -50,16 +49,6 @@ def configure_logging(level: str) -> None:
     )
 
 
-class _BuildInfo:
-    """Constant build_info family (a collector so the registry stays explicit)."""
-
-    def __init__(self, version_text: str) -> None:
-        self._version = version_text
-
-    def collect(self) -> Iterator[Metric]:
-        yield build_info_family(self._version)
-
-
 def run_daemon(args: argparse.Namespace) -> int:
     """The daemon: cycles on a schedule, serves /metrics, /healthz, /readyz, /api/v1/predict."""
     try:
@@ -70,15 +59,9 @@ def run_daemon(args: argparse.Namespace) -> int:
     configure_logging(args.log_level or config.log_level)
     clock = SystemClock()
     registry = CollectorRegistry()
-    registry.register(_BuildInfo(package_version()))
+    registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
     daemon = Daemon(config, build_sources(config, clock), registry, clock, statefile)
-    skipped = Counter(
-        "vllm_sizer_cycles_skipped",
-        "Cycles skipped or run late because the previous one was still running.",
-        ["event"],
-        registry=registry,
-    )
     server = SizerHTTPServer(
         config.listen_host, config.listen_port, registry, daemon.ready, daemon.predict
     )
@@ -97,9 +80,9 @@ def run_daemon(args: argparse.Namespace) -> int:
         if code == EVENT_JOB_ERROR:
             logger.error("cycle raised: %s", event.exception)
             return
-        name = "missed" if code == EVENT_JOB_MISSED else "max_instances"
-        skipped.labels(name).inc()
-        logger.warning("cycle %s: the previous cycle was still running", name)
+        event_name = SkippedEvent.MISSED if code == EVENT_JOB_MISSED else SkippedEvent.MAX_INSTANCES
+        daemon.metrics.cycles_skipped.labels(event_name).inc()
+        logger.warning("cycle %s: the previous cycle was still running", event_name)
 
     scheduler.add_listener(on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR)
     scheduler.add_job(

@@ -49,6 +49,8 @@ class Problem(StrEnum):
     FAILED_POD = "failed_pod"
     MODEL_NOT_FOUND = "model_not_found"
     BAD_POD_SAMPLE = "bad_pod_sample"
+    NON_STATIONARY = "non_stationary"  # the rate moved too much for the tuner to fit the window
+    INVALID_OBSERVATION = "invalid_observation"  # the window's figures fail the tuner's checks
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,30 +12,18 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import requests
 
-from exporter.errors import PrometheusQueryError
+from exporter.errors import FailureReason, PrometheusQueryError
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_QUERY_TIMEOUT_S = 10.0
 QUERY_PATH = "/api/v1/query"
-
-
-class QueryFailure(StrEnum):
-    """Why a query failed; the `reason` of the PrometheusQueryError."""
-
-    TIMEOUT = "timeout"
-    CONNECTION = "connection"
-    HTTP_STATUS = "http_status"
-    BAD_RESPONSE = "bad_response"
-    QUERY = "query"
-    TOKEN = "token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +71,7 @@ class PrometheusClient:
                 self.base_url,
                 "",
                 f"cannot read bearer token file {self._token_file}: {exc}",
-                reason=QueryFailure.TOKEN,
+                reason=FailureReason.TOKEN,
             ) from exc
         return {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -102,18 +90,18 @@ class PrometheusClient:
                 verify=self._verify,
             )
         except requests.Timeout as exc:
-            raise PrometheusQueryError(url, promql, str(exc), reason=QueryFailure.TIMEOUT) from exc
+            raise PrometheusQueryError(url, promql, str(exc), reason=FailureReason.TIMEOUT) from exc
         except requests.RequestException as exc:
             raise PrometheusQueryError(
-                url, promql, str(exc), reason=QueryFailure.CONNECTION
+                url, promql, str(exc), reason=FailureReason.CONNECTION
             ) from exc
         body = _json_or_none(response)
         if isinstance(body, dict) and body.get("status") == "error":
             message = f"{body.get('errorType', 'error')}: {body.get('error', '')}"
-            raise PrometheusQueryError(url, promql, message, reason=QueryFailure.QUERY)
+            raise PrometheusQueryError(url, promql, message, reason=FailureReason.QUERY)
         if response.status_code != 200:
             raise PrometheusQueryError(
-                url, promql, f"HTTP {response.status_code}", reason=QueryFailure.HTTP_STATUS
+                url, promql, f"HTTP {response.status_code}", reason=FailureReason.HTTP_STATUS
             )
         if isinstance(body, dict) and body.get("warnings"):
             logger.warning("prometheus warnings for %s: %s", promql, body["warnings"])
@@ -121,7 +109,7 @@ class PrometheusClient:
             return _samples(body)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise PrometheusQueryError(
-                url, promql, f"malformed response: {exc!r}", reason=QueryFailure.BAD_RESPONSE
+                url, promql, f"malformed response: {exc!r}", reason=FailureReason.BAD_RESPONSE
             ) from exc
 
 

@@ -16,14 +16,13 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
 from exporter.clock import Clock
-from exporter.errors import ScrapeError, SourceError
+from exporter.errors import FailureReason, ScrapeError, SourceError
 from exporter.reading.promapi import PrometheusClient, VectorSample
 from exporter.reading.vllm_metrics import (
     PodSample,
@@ -39,17 +38,6 @@ DEFAULT_SCRAPE_TIMEOUT_S = 5.0
 DEFAULT_MAX_WORKERS = 8
 DEFAULT_POD_LABEL = "pod"
 DEFAULT_MAX_SAMPLE_AGE_S = 120.0
-
-
-class FailureReason(StrEnum):
-    """Why one pod gave no sample this cycle; values are exported label values."""
-
-    TIMEOUT = "timeout"
-    CONNECTION = "connection"
-    HTTP_STATUS = "http_status"
-    PARSE = "parse"
-    STALE = "stale"
-    RESOLVE = "resolve"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +125,7 @@ class ScrapeSource:
             addresses = self._resolver(host, port)
         except OSError as exc:
             raise ScrapeError(
-                self._service_url, f"cannot resolve {host}: {exc}", reason="resolve"
+                self._service_url, f"cannot resolve {host}: {exc}", reason=FailureReason.RESOLVE
             ) from exc
         return tuple(urlunsplit(parts._replace(netloc=f"{ip}:{port}")) for ip in addresses)
 
@@ -266,7 +254,6 @@ def _latest_by_pod(stamps: Sequence[VectorSample], pod_label: str) -> Mapping[st
 
 
 __all__ = [
-    "FailureReason",
     "PodFailure",
     "PrometheusSource",
     "ScrapeSource",

@@ -198,7 +198,7 @@ class PodSample:
 def parse_exposition(
     text: str, *, pod: str, time_s: float, model_name: str | None = None
 ) -> PodSample:
-    """Exposition text -> PodSample; raises ScrapeError(reason="parse") if nothing parses."""
+    """Exposition text -> PodSample; raises ScrapeError (reason parse) if nothing parses."""
     try:
         families, skipped = _parse_families(text)
         series = [
@@ -209,7 +209,7 @@ def parse_exposition(
         ]
         sample = sample_from_series(series, pod=pod, time_s=time_s, model_name=model_name)
     except _PARSER_ERRORS as exc:
-        raise ScrapeError(pod, f"unparseable exposition: {exc}", reason="parse") from exc
+        raise ScrapeError(pod, f"unparseable exposition: {exc}") from exc
     if skipped:
         logger.debug("%s: skipped %d unparseable exposition lines", pod, skipped)
         sample = replace(sample, skipped_lines=skipped)

@@ -11,9 +11,10 @@ from bench.real_vllm.server import ServerOptions, free_port, vllm_server
 from exporter.clock import SystemClock
 from exporter.emulation.load_run import LoadResult, LoadSpec, RequestStatus
 from exporter.emulation.loadgen import run_load
+from exporter.errors import FailureReason
 from exporter.reading.observations import observe_deployment
 from exporter.reading.pod_observation import Problem
-from exporter.reading.sources import FailureReason, ScrapeSource, SourceRead
+from exporter.reading.sources import ScrapeSource, SourceRead
 from exporter.reading.vllm_metrics import CounterName
 from tests.vllm.conftest import require_prepared
 

@@ -8,6 +8,7 @@ from functools import partial
 import pytest
 
 from exporter.clock import ManualClock
+from exporter.errors import FailureReason
 from exporter.reading.observations import (
     STATUS_MESSAGES,
     ObservationStatus,
@@ -16,7 +17,7 @@ from exporter.reading.observations import (
 )
 from exporter.reading.pod_observation import Problem, observe_pod
 from exporter.reading.saturation import Saturation
-from exporter.reading.sources import FailureReason, PodFailure, ScrapeSource, SourceRead
+from exporter.reading.sources import PodFailure, ScrapeSource, SourceRead
 from exporter.reading.vllm_metrics import CounterName, PodSample, SampleStatus, parse_exposition
 from tests.fixtures.metrics_server import Behaviour, MetricsServer
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment

@@ -15,9 +15,9 @@ from urllib.parse import parse_qs
 import pytest
 
 from exporter.clock import ManualClock
-from exporter.errors import PrometheusQueryError, ScrapeError
-from exporter.reading.promapi import PrometheusClient, QueryFailure
-from exporter.reading.sources import FailureReason, PrometheusSource, ScrapeSource
+from exporter.errors import FailureReason, PrometheusQueryError, ScrapeError
+from exporter.reading.promapi import PrometheusClient
+from exporter.reading.sources import PrometheusSource, ScrapeSource
 from exporter.reading.vllm_metrics import CounterName, GaugeName, SampleStatus
 from tests.fixtures.metrics_server import Behaviour, MetricsServer
 from tests.fixtures.vllm_exposition import PodTotals, render
@@ -248,7 +248,7 @@ def test_unreachable_prometheus() -> None:
     fake.stop()
     with pytest.raises(PrometheusQueryError) as info:
         PrometheusClient(url, timeout_s=0.5).query("up")
-    assert info.value.reason == QueryFailure.CONNECTION
+    assert info.value.reason == FailureReason.CONNECTION
 
 
 @LOOPBACK
@@ -277,7 +277,7 @@ def test_configured_token_file_that_cannot_be_read(tmp_path: Path) -> None:
     client = PrometheusClient("http://127.0.0.1:1", bearer_token_file=tmp_path / "missing")
     with pytest.raises(PrometheusQueryError, match="cannot read bearer token file") as info:
         client.query("up")
-    assert info.value.reason == QueryFailure.TOKEN
+    assert info.value.reason == FailureReason.TOKEN
 
 
 def test_client_rejects_bad_arguments(tmp_path: Path) -> None:

@@ -1,0 +1,93 @@
+"""The daemon's own counters, histogram and gauges: failed reads, degraded windows, cycles.
+
+Every documented label value is created at 0 when the daemon starts (per deployment for the
+error counters), so `increase()` and `rate()` see the first error instead of a series that
+appears with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from exporter.config import DeploymentConfig
+from exporter.errors import FailureReason
+from exporter.exposition import PREFIX
+from exporter.reading.pod_observation import Problem
+
+# From a few ms (one emulated deployment) to a minute (a thousand deployments with refits).
+CYCLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class CycleOutcome(StrEnum):
+    """How a cycle ended; exported label values."""
+
+    OK = "ok"  # at least one deployment was observed
+    FAILED = "failed"  # no deployment was observed
+
+
+class SkippedEvent(StrEnum):
+    """Why the scheduler did not start a cycle on time; exported label values."""
+
+    MISSED = "missed"  # the start time passed while the previous cycle ran
+    MAX_INSTANCES = "max_instances"  # the previous cycle was still running
+
+
+class OperationMetrics:
+    """Registers the daemon's own metrics on `registry`, label values created at 0."""
+
+    def __init__(
+        self, registry: CollectorRegistry, deployments: Sequence[DeploymentConfig]
+    ) -> None:
+        self.scrape_errors = Counter(
+            PREFIX + "scrape_errors",
+            "Failed reads of vLLM metrics, by source kind and reason.",
+            ["deployment", "source", "reason"],
+            registry=registry,
+        )
+        self.observation_problems = Counter(
+            PREFIX + "observation_problems",
+            "Degraded observation windows (counter resets, new or gone pods, ...), by problem.",
+            ["deployment", "problem"],
+            registry=registry,
+        )
+        self.cycle_duration = Gauge(
+            PREFIX + "cycle_duration_seconds", "Wall time of the last cycle.", registry=registry
+        )
+        self.cycle_seconds = Histogram(
+            PREFIX + "cycle_seconds",
+            "Wall time of each cycle.",
+            buckets=CYCLE_BUCKETS_S,
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            PREFIX + "last_successful_cycle_timestamp_seconds",
+            "Unix time of the last cycle in which at least one deployment was observed.",
+            registry=registry,
+        )
+        self.cycles = Counter(
+            PREFIX + "cycles", "Cycles run, by outcome.", ["outcome"], registry=registry
+        )
+        self.cycles_skipped = Counter(
+            PREFIX + "cycles_skipped",
+            "Cycles skipped or run late because the previous one was still running.",
+            ["event"],
+            registry=registry,
+        )
+        for dep in deployments:
+            for reason in FailureReason:
+                self.scrape_errors.labels(dep.name, dep.source.kind, reason)
+            for problem in Problem:
+                self.observation_problems.labels(dep.name, problem)
+        for outcome in CycleOutcome:
+            self.cycles.labels(outcome)
+        for event in SkippedEvent:
+            self.cycles_skipped.labels(event)
+
+    def observe_cycle(self, duration_s: float, outcome: CycleOutcome) -> None:
+        """One finished cycle: its wall time (s) and outcome."""
+        self.cycle_duration.set(duration_s)
+        self.cycle_seconds.observe(duration_s)
+        self.cycles.labels(outcome).inc()
