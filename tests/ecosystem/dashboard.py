@@ -10,8 +10,10 @@ from tests.conftest import REPO_ROOT
 
 DASHBOARD_PATH = REPO_ROOT / "grafana" / "vllm-sizer.json"
 
-# Issue 6: every series the daemon exports (labels `deployment`, `model_name` on the per-deployment
-# ones). Health metrics are per daemon, so they carry no `deployment` label.
+# Every series the daemon exports. The per-deployment ones come from the snapshot collector
+# (labels `deployment`, `model_name`, plus `reason`/`state` on the enum-style gauges and `signal`
+# on the fit error); the health metrics are the daemon's own, per process, and only the error
+# counters among them carry a `deployment` label.
 PER_DEPLOYMENT_METRICS = frozenset(
     {
         "vllm_sizer_desired_replicas",
@@ -26,21 +28,39 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_model_alpha_seconds",
         "vllm_sizer_model_beta_seconds",
         "vllm_sizer_model_gamma_seconds",
-        "vllm_sizer_fit_relative_error",
         "vllm_sizer_slo_ttft_seconds",
         "vllm_sizer_slo_itl_seconds",
-        "vllm_sizer_recommendation_info",
-        "vllm_sizer_tuner_state_info",
+        "vllm_sizer_saturated",
+        "vllm_sizer_slo_headroom_ratio",
+        "vllm_sizer_source_up",
+        "vllm_sizer_pods_observed",
+        "vllm_sizer_recommendation_reason",
+        "vllm_sizer_tuner_state",
+        "vllm_sizer_tuner_reason",
+        "vllm_sizer_fit_error_ratio",
     }
 )
-HEALTH_METRICS = frozenset(
+# Per-deployment counters of the daemon (label `deployment`, but no `model_name`).
+DEPLOYMENT_COUNTERS = frozenset(
     {
         "vllm_sizer_scrape_errors_total",
+        "vllm_sizer_observation_problems_total",
+    }
+)
+HEALTH_METRICS = DEPLOYMENT_COUNTERS | frozenset(
+    {
         "vllm_sizer_cycle_duration_seconds",
+        "vllm_sizer_cycle_seconds_bucket",
+        "vllm_sizer_cycle_seconds_sum",
+        "vllm_sizer_cycle_seconds_count",
         "vllm_sizer_last_successful_cycle_timestamp_seconds",
+        "vllm_sizer_cycles_total",
+        "vllm_sizer_cycles_skipped_total",
         "vllm_sizer_build_info",
     }
 )
+# Every series that a panel must filter by deployment="$deployment".
+DEPLOYMENT_LABELLED = PER_DEPLOYMENT_METRICS | DEPLOYMENT_COUNTERS
 EXPORTED_METRICS = PER_DEPLOYMENT_METRICS | HEALTH_METRICS
 
 # Values Grafana would put in place of the template variables (built-ins and the dashboard's own).

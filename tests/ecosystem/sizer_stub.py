@@ -1,8 +1,11 @@
-"""A stand-in for the daemon's /metrics: every issue-6 series, values set by the test.
+"""A stand-in for the daemon's /metrics: every exported series, values set by the test.
 
 Used to run the shipped PromQL (KEDA trigger, adapter rule, dashboard) against a real Prometheus
 server without depending on the daemon's tuning: several stubs play the sidecar copies of one
-deployment, one of them frozen (its last successful cycle long ago).
+deployment, one of them frozen (its last successful cycle long ago). The enum-style gauges use
+the daemon's own value sets (1 for the current value, 0 for the others), the error counters
+exist at 0 for every label value, and the cycle counters and histogram grow with wall time as
+if one cycle ran every `cycle_period_s`.
 """
 
 from __future__ import annotations
@@ -12,9 +15,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from exporter.config import SourceKind
+from exporter.errors import FailureReason
+from exporter.exposition import ENUM_GAUGES, Signal
+from exporter.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
+from exporter.reading.pod_observation import Problem
 
 PREFIX = "vllm_sizer_"
+FROZEN_AFTER_S = 60.0  # a stub whose last success is older fails its cycles
 
 
 @dataclass(kw_only=True)
@@ -26,6 +41,8 @@ class SizerValues:
     desired_replicas: int = 5
     current_replicas: int = 3
     last_success_age_s: float = 1.0
+    cycle_period_s: float = 0.25
+    cycle_duration_s: float = 0.012
     per_deployment: dict[str, float] = field(
         default_factory=lambda: {
             "predicted_ttft_seconds": 0.21,
@@ -40,7 +57,26 @@ class SizerValues:
             "model_gamma_seconds": 0.0000002,
             "slo_ttft_seconds": 0.5,
             "slo_itl_seconds": 0.05,
+            "saturated": 0.0,
+            "slo_headroom_ratio": 0.65,  # 2.4 x 3 / 11: the SLOs need more replicas
+            "source_up": 1.0,
+            "pods_observed": 3.0,
         }
+    )
+    # The current value of each enum-style gauge (exporter.exposition.ENUM_GAUGES).
+    enums: dict[str, str] = field(
+        default_factory=lambda: {
+            "recommendation_reason": "scale_up",
+            "tuner_state": "fitted",
+            "tuner_reason": "accepted",
+        }
+    )
+    fit_error: dict[str, float] = field(
+        default_factory=lambda: {Signal.TTFT.value: 0.04, Signal.ITL.value: 0.02}
+    )
+    # Scrape errors per cycle, by reason (the others stay at 0).
+    errors_per_cycle: dict[str, float] = field(
+        default_factory=lambda: {FailureReason.TIMEOUT.value: 0.1}
     )
 
 
@@ -49,6 +85,7 @@ class StubCollector:
 
     def __init__(self, values: SizerValues) -> None:
         self.values = values
+        self.started = time.monotonic()
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -58,34 +95,63 @@ class StubCollector:
         labels = ["deployment", "model_name"]
         key = [v.deployment, v.model_name]
 
-        def gauge(name: str, value: float, extra: dict[str, str] | None = None) -> Metric:
-            extra = extra or {}
-            family = GaugeMetricFamily(
-                PREFIX + name, f"{name} as of the last cycle", labels=[*labels, *extra]
-            )
-            family.add_metric([*key, *extra.values()], value)
+        def gauge(name: str, value: float) -> Metric:
+            family = GaugeMetricFamily(PREFIX + name, f"{name} as of the last cycle", labels=labels)
+            family.add_metric(key, value)
             return family
 
         yield gauge("desired_replicas", v.desired_replicas)
         yield gauge("current_replicas", v.current_replicas)
         for name, value in v.per_deployment.items():
             yield gauge(name, value)
-        fit = GaugeMetricFamily(
-            PREFIX + "fit_relative_error", "fit error", labels=[*labels, "metric"]
-        )
-        fit.add_metric([*key, "ttft"], 0.04)
-        fit.add_metric([*key, "itl"], 0.02)
+        for spec in ENUM_GAUGES:
+            current = spec.values(v.enums[spec.name])  # ValueError on an unknown value
+            enum = GaugeMetricFamily(PREFIX + spec.name, spec.help, labels=[*labels, spec.label])
+            for member in spec.values:
+                enum.add_metric([*key, member.value], float(member is current))
+            yield enum
+        fit = GaugeMetricFamily(PREFIX + "fit_error_ratio", "fit error", labels=[*labels, "signal"])
+        for signal, error in v.fit_error.items():
+            fit.add_metric([*key, signal], error)
         yield fit
-        yield gauge("recommendation_info", 1, {"reason": "slo"})
-        yield gauge("tuner_state_info", 1, {"state": "tracking"})
+        yield from self._operation(v)
+
+    def _operation(self, v: SizerValues) -> Iterator[Metric]:
+        """The daemon's own metrics, grown as if a cycle ran every `cycle_period_s`."""
+        n = int((time.monotonic() - self.started) / v.cycle_period_s)
         errors = CounterMetricFamily(
             PREFIX + "scrape_errors", "errors", labels=["deployment", "source", "reason"]
         )
-        errors.add_metric([v.deployment, "scrape", "connection"], 0)
+        for reason in FailureReason:
+            count = int(n * v.errors_per_cycle.get(reason.value, 0.0))
+            errors.add_metric([v.deployment, SourceKind.SCRAPE.value, reason.value], count)
         yield errors
+        problems = CounterMetricFamily(
+            PREFIX + "observation_problems", "problems", labels=["deployment", "problem"]
+        )
+        for problem in Problem:
+            problems.add_metric([v.deployment, problem.value], 0)
+        yield problems
+        ok = v.last_success_age_s < FROZEN_AFTER_S
+        cycles = CounterMetricFamily(PREFIX + "cycles", "cycles", labels=["outcome"])
+        for outcome in CycleOutcome:
+            cycles.add_metric([outcome.value], n if ok == (outcome is CycleOutcome.OK) else 0)
+        yield cycles
+        skipped = CounterMetricFamily(PREFIX + "cycles_skipped", "skipped", labels=["event"])
+        for event in SkippedEvent:
+            skipped.add_metric([event.value], 0)
+        yield skipped
         duration = GaugeMetricFamily(PREFIX + "cycle_duration_seconds", "last cycle")
-        duration.add_metric([], 0.012)
+        duration.add_metric([], v.cycle_duration_s)
         yield duration
+        buckets = [(str(le), n if v.cycle_duration_s <= le else 0) for le in CYCLE_BUCKETS_S]
+        histogram = HistogramMetricFamily(
+            PREFIX + "cycle_seconds",
+            "each cycle",
+            buckets=[*buckets, ("+Inf", n)],
+            sum_value=n * v.cycle_duration_s,
+        )
+        yield histogram
         last = GaugeMetricFamily(PREFIX + "last_successful_cycle_timestamp_seconds", "last ok")
         last.add_metric([], time.time() - v.last_success_age_s)
         yield last

@@ -10,6 +10,8 @@ import yaml
 
 from tests.conftest import REPO_ROOT
 from tests.ecosystem.dashboard import (
+    DEPLOYMENT_COUNTERS,
+    DEPLOYMENT_LABELLED,
     EXPORTED_METRICS,
     PER_DEPLOYMENT_METRICS,
     iter_panels,
@@ -99,7 +101,7 @@ def test_panel_query_reads_only_exported_metrics_filtered_by_the_variable(query)
     for sel in sels:
         assert sel.name in EXPORTED_METRICS, f"unknown metric {sel.name}"
         labels = {m.name: m.value for m in sel.matchers.matchers}
-        if sel.name in PER_DEPLOYMENT_METRICS:
+        if sel.name in DEPLOYMENT_LABELLED:
             assert labels.get("deployment") == SENTINEL, f"{sel.name} not filtered by $deployment"
 
 
@@ -156,10 +158,31 @@ def test_a_broken_query_or_unknown_metric_fails_the_same_checks() -> None:
 
 def test_known_metric_list_matches_what_the_collector_exports() -> None:
     import exporter.exposition as collector
-    exported = {collector.PREFIX + spec.name for spec in collector.GAUGES}
-    families = {m.name for m in collector.SnapshotCollector().describe()}
-    assert exported <= families
-    assert set(PER_DEPLOYMENT_METRICS) == families, "dashboard list drifted from the daemon"
+
+    gauges = {collector.PREFIX + spec.name for spec in collector.GAUGES}
+    enums = {collector.PREFIX + spec.name for spec in collector.ENUM_GAUGES}
+    families = list(collector.SnapshotCollector().describe())
+    names = {m.name for m in families}
+    assert gauges | enums | {collector.PREFIX + "fit_error_ratio"} == names
+    assert {m.type for m in families} == {"gauge"}
+    assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"
+
+
+def test_enum_gauges_are_state_timelines_of_the_current_value() -> None:
+    import exporter.exposition as collector
+
+    timelines = [p for p in iter_panels(load_dashboard()) if p["type"] == "state-timeline"]
+    for spec in collector.ENUM_GAUGES:
+        name = collector.PREFIX + spec.name
+        (panel,) = [p for p in timelines if name in p["targets"][0]["expr"]]
+        (target,) = panel["targets"]
+        expr = promql_parser.parse(target["expr"].replace("$deployment", "d"))
+        # One row per value, drawn only while it is the current one (the others are 0).
+        assert isinstance(expr, promql_parser.BinaryExpr) and str(expr.op) == "=="
+        assert isinstance(expr.rhs, promql_parser.NumberLiteral) and expr.rhs.val == 1
+        assert isinstance(expr.lhs, promql_parser.AggregateExpr)
+        assert list(expr.lhs.modifier.labels) == [spec.label]
+        assert target["legendFormat"] == "{{" + spec.label + "}}"
 
 
 def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
@@ -167,12 +190,33 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
 
     import exporter.daemon as daemon
     from exporter.clock import ManualClock
-    from exporter.config import Config
-    from exporter.exposition import build_info_family
+    from exporter.config_loader import parse_config
+    from exporter.exposition import BuildInfoCollector
 
+    dep = {
+        "name": "llama",
+        "model_name": "llama-3",
+        "source": {"scrape_urls": ["http://127.0.0.1:1/metrics"]},
+        "slo": {"ttft_ms": 500, "itl_ms": 50},
+    }
+    config = parse_config({"deployments": [dep]})
+    clock = ManualClock(0.0)
     registry = CollectorRegistry()
-    daemon.Daemon(Config(), {}, registry, ManualClock(0.0))
-    suffix = {"counter": "_total", "info": "_info"}
-    families = [*registry.collect(), build_info_family("0.0.0")]
-    names = {f.name + suffix.get(f.type, "") for f in families}
-    assert EXPORTED_METRICS - names == set()
+    daemon.Daemon(config, daemon.build_sources(config, clock), registry, clock)
+    registry.register(BuildInfoCollector("0.0.0"))
+    suffixes = {
+        "counter": ("_total",),
+        "info": ("_info",),
+        "histogram": ("_bucket", "_sum", "_count"),
+    }
+    families = list(registry.collect())
+    names = {f.name + s for f in families for s in suffixes.get(f.type, ("",))}
+    assert names == EXPORTED_METRICS, "dashboard list drifted from the daemon's registry"
+    # The error counters exist per deployment from the start (at 0), so rate() sees the first.
+    labelled = {
+        s.name
+        for f in families
+        for s in f.samples
+        if s.labels.get("deployment") == "llama" and not s.name.endswith("_created")
+    }
+    assert labelled == DEPLOYMENT_COUNTERS

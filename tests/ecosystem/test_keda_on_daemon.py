@@ -130,12 +130,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]
         )
         try:
             prom.start()
-            # Every series the dashboard reads, fit included.
+            # Every series the dashboard reads, the late ones (fit, saturation, headroom) included.
             deadline = time.monotonic() + 90
             while True:
                 names = {sample.name for sample in daemon_samples(port)}
                 values = daemon_values(port)
-                wanted = {"vllm_sizer_fit_relative_error", "vllm_sizer_observed_itl_seconds"}
+                wanted = {
+                    "vllm_sizer_fit_error_ratio",
+                    "vllm_sizer_observed_itl_seconds",
+                    "vllm_sizer_saturated",
+                    "vllm_sizer_slo_headroom_ratio",
+                }
                 if DESIRED in values and wanted <= names:
                     break
                 if daemon.poll() is not None or time.monotonic() > deadline:

@@ -1,8 +1,8 @@
 """The shipped PromQL, evaluated by a real Prometheus server scraping stand-in sizers.
 
-Four stubs export the issue-6 series for one deployment the way sidecar mode does: three live
-copies recommending 5 replicas and one frozen copy (last successful cycle 10 minutes ago)
-still exporting 9. A second deployment has only frozen copies. Prometheus (Debian's package,
+Four stubs export every series of the daemon for one deployment the way sidecar mode does:
+three live copies recommending 5 replicas and one frozen copy (last successful cycle 10 minutes
+ago) still exporting 9. A second deployment has only frozen copies. Prometheus (Debian's package,
 on loopback) scrapes them twice a second; the tests query its HTTP API with the exact strings
 from the manifests and the dashboard.
 """
@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from prometheus_client import CollectorRegistry
 
 import tests.integration.prometheus_server as prometheus_server
-from tests.ecosystem.dashboard import panel_queries
+from exporter.exposition import ENUM_GAUGES, PREFIX
+from tests.ecosystem.dashboard import EXPORTED_METRICS, panel_queries
 from tests.ecosystem.manifests import find
-from tests.ecosystem.sizer_stub import SizerValues, StubSizer
+from tests.ecosystem.sizer_stub import SizerValues, StubCollector, StubSizer
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +149,16 @@ def test_adapter_rule_gives_the_hpa_one_series_worth_the_recommendation(promethe
 )
 def test_every_dashboard_query_returns_a_series(prometheus, query) -> None:
     assert instant(prometheus, query.expr), f"no series for {query.expr}"
+
+
+def test_the_stub_serves_every_exported_series() -> None:
+    registry = CollectorRegistry()
+    registry.register(StubCollector(SizerValues()))
+    assert {s.name for f in registry.collect() for s in f.samples} == EXPORTED_METRICS
+
+
+@pytest.mark.parametrize("spec", ENUM_GAUGES, ids=lambda spec: spec.name)
+def test_enum_panels_show_only_the_current_value(prometheus, spec) -> None:
+    (query,) = [q for q in panel_queries() if PREFIX + spec.name in q.expr]
+    result = instant(prometheus, query.expr)
+    assert [r["metric"] for r in result] == [{spec.label: SizerValues().enums[spec.name]}]
