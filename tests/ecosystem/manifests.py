@@ -3,7 +3,8 @@
 Built-in kinds go through `kubernetes-validate` (bundled Kubernetes JSON schemas, strict: unknown
 fields fail). KEDA and Prometheus Operator kinds go through the `openAPIV3Schema` of their upstream
 CRDs in the shared data folder, with apiVersion/kind pinned and unknown fields rejected the way the
-API server's strict field validation does.
+API server's strict field validation does. Files named `*-patch.yaml` are patches, not
+manifests (`kubectl patch --type merge`); `merge_patch` applies one the way the API server does.
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
+import kubernetes_validate.utils
 import yaml
 
 from tests.conftest import REPO_ROOT, shared_path
 
 K8S_DIR = REPO_ROOT / "config" / "k8s"
 
-# Oldest cluster the manifests target (HPA behavior.tolerance is beta and on from 1.34) and the
-# newest schema kubernetes-validate bundles.
+# The versions every manifest is validated against (strict). hpa.yaml is also checked against every
+# version kubernetes-validate bundles (test_k8s_schemas.py): it must apply on <= 1.32 as well.
 KUBERNETES_VERSIONS = ("1.34", "1.37")
+
+# The merge patch that adds behavior.*.tolerance to hpa.yaml's HPA where the field exists.
+HPA_TOLERANCE_PATCH = K8S_DIR / "hpa-tolerance-patch.yaml"
 
 CRD_FILES = {
     "ScaledObject": "keda.sh_scaledobjects.yaml",
@@ -37,9 +42,61 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 Manifest = dict[str, Any]
 
 
+def _is_patch(path: Path) -> bool:
+    return path.name.endswith("-patch.yaml")
+
+
 def manifest_files() -> list[Path]:
-    """Every YAML file under config/k8s/, sorted."""
-    return sorted(K8S_DIR.rglob("*.yaml"))
+    """Every YAML manifest under config/k8s/ (patch files excluded), sorted."""
+    return sorted(path for path in K8S_DIR.rglob("*.yaml") if not _is_patch(path))
+
+
+def patch_files() -> list[Path]:
+    """Every `*-patch.yaml` under config/k8s/, sorted."""
+    return sorted(path for path in K8S_DIR.rglob("*.yaml") if _is_patch(path))
+
+
+def load_patch(path: Path) -> Manifest:
+    """The single document of a patch file."""
+    (doc,) = load_documents(path)
+    return doc
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (`kubectl patch --type merge`), on a copy of `target`."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def bundled_kubernetes_versions() -> list[str]:
+    """Every Kubernetes minor version kubernetes-validate has schemas for, oldest first."""
+    utils = kubernetes_validate.utils
+    return sorted({utils.major_minor(v) for v in utils.all_versions()}, key=_version_key)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def kubernetes_errors(doc: Manifest, version: str) -> list[str]:
+    """Strict (unknown fields rejected, like kubectl) violations of a built-in kind on `version`."""
+    try:
+        validated = kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        path = "/".join(map(str, exc.path)) or "<root>"
+        return [f"k8s {version} {path}: {exc.message}"]
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        return [f"k8s {version}: no schema for {doc.get('kind')}: {exc.message}"]
+    if validated != version:  # it falls back to an older schema for a version it lacks
+        return [f"k8s {version}: validated against the {validated} schema instead"]
+    return []
 
 
 def load_documents(path: Path) -> list[Manifest]:
@@ -111,13 +168,4 @@ def schema_errors(doc: Manifest) -> list[str]:
             f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
             for e in crd_validator(kind).iter_errors(doc)
         ]
-    errors = []
-    for version in KUBERNETES_VERSIONS:
-        try:
-            kubernetes_validate.validate(doc, version, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            path = "/".join(map(str, exc.path)) or "<root>"
-            errors.append(f"k8s {version} {path}: {exc.message}")
-        except kubernetes_validate.SchemaNotFoundError as exc:
-            errors.append(f"k8s {version}: no schema for {kind}: {exc}")
-    return errors
+    return [error for version in KUBERNETES_VERSIONS for error in kubernetes_errors(doc, version)]

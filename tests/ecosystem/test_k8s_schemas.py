@@ -7,13 +7,21 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.ecosystem.manifests import (
     CRD_FILES,
+    HPA_TOLERANCE_PATCH,
     K8S_DIR,
     Manifest,
     all_manifests,
+    bundled_kubernetes_versions,
+    find,
+    kubernetes_errors,
     load_documents,
+    load_patch,
     manifest_files,
+    merge_patch,
+    patch_files,
     schema_errors,
 )
 
@@ -165,3 +173,98 @@ def test_broken_copy_fails_the_same_check(doc: Manifest, breaker: Breaker, needl
     assert errors, f"{breaker.__name__} went unnoticed"
     assert needle in errors[0]
     assert schema_errors(doc) == []  # the original stays valid: the copy was deep
+
+
+# --- HPA tolerance: hpa.yaml applies everywhere, the patch adds the field where it exists ---------
+
+# The newest Kubernetes whose autoscaling/v2 HPAScalingRules has no `tolerance` (the field arrived,
+# alpha, in 1.33): kubectl's default strict validation rejects the field there.
+LAST_WITHOUT_TOLERANCE = "1.32"
+TOLERANCE_PATHS = {
+    ("spec", "behavior", "scaleUp", "tolerance"),
+    ("spec", "behavior", "scaleDown", "tolerance"),
+}
+PATCH_COMMAND = "kubectl patch hpa {name} -n {namespace} --type merge --patch-file {path}"
+
+
+def _hpa() -> Manifest:
+    return find("HorizontalPodAutoscaler", file="hpa.yaml")
+
+
+def _patched_hpa() -> Manifest:
+    return merge_patch(_hpa(), load_patch(HPA_TOLERANCE_PATCH))
+
+
+def _leaves(node: object, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
+    """Path -> value of every non-mapping value in a nested mapping."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    return {
+        path: v for key, value in node.items() for path, v in _leaves(value, (*prefix, key)).items()
+    }
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_the_only_patch_file_is_the_hpa_tolerance_patch() -> None:
+    # Patch files are left out of the manifest checks above; each must be covered here instead.
+    assert patch_files() == [HPA_TOLERANCE_PATCH]
+    assert HPA_TOLERANCE_PATCH.read_text().startswith("# ")
+
+
+def test_kubernetes_validate_bundles_versions_on_both_sides_of_the_tolerance_field() -> None:
+    versions = bundled_kubernetes_versions()
+    assert LAST_WITHOUT_TOLERANCE in versions
+    assert _minor(versions[-1]) > _minor(LAST_WITHOUT_TOLERANCE)
+
+
+@pytest.mark.parametrize("version", bundled_kubernetes_versions())
+def test_hpa_yaml_applies_strictly_on_every_bundled_kubernetes_version(version: str) -> None:
+    # Strict like `kubectl apply --validate=strict` (kubectl's default): unknown fields fail.
+    assert kubernetes_errors(_hpa(), version) == []
+
+
+def test_hpa_yaml_carries_no_tolerance_anywhere() -> None:
+    assert not [path for path in _leaves(_hpa()) if "tolerance" in path]
+
+
+@pytest.mark.parametrize("version", bundled_kubernetes_versions())
+def test_patched_hpa_is_rejected_exactly_where_the_field_does_not_exist(version: str) -> None:
+    errors = kubernetes_errors(_patched_hpa(), version)
+    if _minor(version) <= _minor(LAST_WITHOUT_TOLERANCE):
+        # Why the patch is a separate file: this is what `kubectl apply` says on <= 1.32.
+        assert len(errors) == 1 and "'tolerance' was unexpected" in errors[0], errors
+    else:
+        assert errors == []
+
+
+def test_patched_hpa_validates_on_the_newest_bundled_kubernetes() -> None:
+    newest = bundled_kubernetes_versions()[-1]
+    assert kubernetes_errors(_patched_hpa(), newest) == []
+
+
+def test_patch_adds_the_two_tolerances_and_changes_nothing_else() -> None:
+    patch = load_patch(HPA_TOLERANCE_PATCH)
+    # A merge patch replaces lists and deletes on null: only two scalar leaves, both 0.
+    assert _leaves(patch) == dict.fromkeys(TOLERANCE_PATHS, 0)
+    before, after = _leaves(_hpa()), _leaves(_patched_hpa())
+    assert {path: after[path] for path in TOLERANCE_PATHS} == dict.fromkeys(TOLERANCE_PATHS, 0)
+    assert {path: v for path, v in after.items() if path not in TOLERANCE_PATHS} == before
+
+
+def test_patch_file_names_the_command_for_the_shipped_hpa() -> None:
+    meta = _hpa()["metadata"]
+    command = PATCH_COMMAND.format(
+        name=meta["name"],
+        namespace=meta["namespace"],
+        path=HPA_TOLERANCE_PATCH.relative_to(REPO_ROOT).as_posix(),
+    )
+    comments = [
+        line.lstrip("# ").strip()
+        for line in HPA_TOLERANCE_PATCH.read_text().splitlines()
+        if line.startswith("#")
+    ]
+    assert command in comments
