@@ -11,13 +11,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import Clock
-from exporter.config import Config, DeploymentConfig
+from exporter.config import Config
+from exporter.deployment_state import (
+    DeploymentRuntime,
+    new_tuner,
+    restore_state,
+    saved_state,
+)
 from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
 from exporter.operation_metrics import CycleOutcome, OperationMetrics
@@ -35,9 +39,8 @@ from exporter.recommender import (
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
-from model import ServiceParams, Workload
+from model import Workload
 from model.calibration.observation import Observation
-from model.calibration.tuner import Tuner
 
 logger = logging.getLogger(__name__)
 
@@ -47,36 +50,6 @@ MAX_RATE_CHANGE = 0.25
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
 READY_PERIODS = 3.0
-
-
-@dataclass(slots=True)
-class DeploymentRuntime:
-    """Mutable per-deployment state owned by the daemon."""
-
-    config: DeploymentConfig
-    source: Source
-    tuner: Tuner
-    recommender: Recommender
-    tracker: WindowTracker
-    workload: Workload | None = None
-    observation: DeploymentObservation | None = field(default=None)
-    previous_rate_rps: float | None = None
-
-    @property
-    def params(self) -> ServiceParams | None:
-        """The tuner's estimate (it starts from the configured initial parameters, if any)."""
-        return self.tuner.params
-
-
-def new_tuner(dep: DeploymentConfig, seed: ServiceParams | None = None) -> Tuner:
-    """A fresh tuner for a deployment, seeded with `seed` or its configured initial parameters."""
-    return Tuner(
-        dep.server,
-        initial=seed or dep.initial_params,
-        min_observations=dep.tuner.min_observations,
-        window_size=dep.tuner.window,
-        options=dep.model,
-    )
 
 
 def build_sources(config: Config, clock: Clock) -> dict[str, Source]:
@@ -343,49 +316,14 @@ class Daemon:
     def _save(self) -> None:
         if self._statefile is None:
             return
-        state: dict[str, Any] = {"deployments": {}}
-        for name, rt in self.runtimes.items():
-            state["deployments"][name] = {
-                "tuner": rt.tuner.to_dict(),
-                "recommender": rt.recommender.to_dict(),
-                "workload": None
-                if rt.workload is None
-                else [rt.workload.avg_input_tokens, rt.workload.avg_output_tokens],
-            }
         try:
-            self._statefile.save(state)
+            self._statefile.save(saved_state(self.runtimes))
         except OSError as exc:
             logger.error("cannot save state to %s: %s", self._statefile.path, exc)
 
     def _restore(self) -> None:
-        if self._statefile is None:
-            return
-        saved = self._statefile.load().get("deployments", {})
-        for name, rt in self.runtimes.items():
-            entry = saved.get(name)
-            if not isinstance(entry, dict):
-                continue
-            try:
-                tuner = Tuner.from_dict(entry["tuner"])
-                rt.tuner = (
-                    tuner
-                    if _same_settings(tuner, rt.tuner)
-                    else new_tuner(rt.config, seed=tuner.params)
-                )
-                rt.recommender.restore(entry.get("recommender", {}))
-                shape = entry.get("workload")
-                rt.workload = None if shape is None else Workload(*shape)
-            except (KeyError, TypeError, ValueError) as exc:
-                logger.error("%s: saved state unusable, starting fresh: %s", name, exc)
-                continue
-            logger.info("%s: restored calibration %s", name, rt.params)
-
-
-def _same_settings(restored: Tuner, configured: Tuner) -> bool:
-    """Whether a saved tuner was built with today's configuration; if not (the window, the
-    server or the model variant changed), the daemon starts a new one seeded with its estimate."""
-    keys = ("server", "options", "window_size", "min_observations")
-    return all(getattr(restored, k) == getattr(configured, k) for k in keys)
+        if self._statefile is not None:
+            restore_state(self._statefile.load(), self.runtimes)
 
 
 def _fmt(value: float | None) -> str:
