@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from prometheus_client import CollectorRegistry
 
@@ -28,7 +29,13 @@ from exporter.operation_metrics import CycleOutcome, OperationMetrics
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
-from exporter.reading.sources import HistorySource, PrometheusSource, ScrapeSource, Source
+from exporter.reading.sources import (
+    HistorySource,
+    PrometheusSource,
+    ScrapeSource,
+    Source,
+    SourceRead,
+)
 from exporter.recommender import (
     Decision,
     Recommender,
@@ -47,6 +54,11 @@ logger = logging.getLogger(__name__)
 # Windows whose arrival rate moved more than this fraction from the previous window are not
 # fed to the tuner: the model describes steady state, and latencies lag a load step.
 MAX_RATE_CHANGE = 0.25
+
+# Reads of all deployments run in parallel on this many threads; a cycle waits for them at most
+# this share of its period (each fetch has its own, shorter deadline besides).
+READ_WORKERS = 16
+READ_DEADLINE = 0.8
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
 READY_PERIODS = 3.0
@@ -106,6 +118,10 @@ class Daemon:
         self.collector = SnapshotCollector()
         registry.register(self.collector)
         self.metrics = OperationMetrics(registry, config.deployments)
+        self._readers = ThreadPoolExecutor(
+            max_workers=min(READ_WORKERS, max(1, len(config.deployments))),
+            thread_name_prefix="vllm-sizer-read",
+        )
         self._last_success_mono: float | None = None
         self.runtimes = {
             dep.name: DeploymentRuntime(
@@ -122,14 +138,16 @@ class Daemon:
     # -- one cycle -------------------------------------------------------------------------
 
     def run_cycle(self) -> CycleSnapshot:
-        """Read, observe, tune, decide for every deployment; publish and save."""
+        """Read every deployment's source in parallel, then observe, tune, decide for each;
+        publish and save."""
         start = self._wall_clock.monotonic()
         now_s = self._clock.time()
+        reads = self._read_all(now_s - self.config.cycle_period_s)
         statuses: list[DeploymentStatus] = []
         observed_any = False
         for runtime in self.runtimes.values():
             try:
-                observed_any |= self._cycle_deployment(runtime, now_s)
+                observed_any |= self._cycle_deployment(runtime, now_s, reads[runtime.config.name])
             except Exception:  # the per-deployment guard, the only catch-all: never stop the cycle
                 logger.exception("%s: cycle failed", runtime.config.name)
                 dep = runtime.config
@@ -148,19 +166,43 @@ class Daemon:
         self.metrics.observe_cycle(self._wall_clock.monotonic() - start, outcome)
         return snapshot
 
-    def _cycle_deployment(self, runtime: DeploymentRuntime, now_s: float) -> bool:
+    def close(self) -> None:
+        """Stop the reader threads without waiting for a read still in flight."""
+        self._readers.shutdown(wait=False, cancel_futures=True)
+
+    def _read_all(self, past_s: float) -> dict[str, Future[Reads]]:
+        """Start every deployment's read and wait for all of them, at most READ_DEADLINE of a
+        period: one slow source never holds up the others' cycles."""
+        futures: dict[str, Future[Reads]] = {}
+        for name, runtime in self.runtimes.items():
+            pending = runtime.pending_read
+            if pending is not None and not pending.done():
+                futures[name] = pending  # still on last cycle's read: no second one in flight
+                continue
+            runtime.pending_read = self._readers.submit(_read_source, runtime, past_s)
+            futures[name] = runtime.pending_read
+        wait(futures.values(), timeout=READ_DEADLINE * self.config.cycle_period_s)
+        return futures
+
+    def _cycle_deployment(
+        self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]
+    ) -> bool:
         dep = runtime.config
-        source = runtime.source
-        if not runtime.tracker.primed and isinstance(source, HistorySource):
-            self._prime(runtime, source, now_s - self.config.cycle_period_s)
         try:
-            read = runtime.source.read()
+            if not future.done():
+                raise SourceError(
+                    f"no answer within {READ_DEADLINE:.0%} of the cycle period",
+                    reason=FailureReason.TIMEOUT,
+                )
+            history, read = future.result()
         except SourceError as exc:
             logger.warning("%s: source failed (%s): %s", dep.name, exc.reason, exc)
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
             runtime.observation = None
             self._log(runtime, runtime.recommender.decide(now_s, None, runtime.params, None))
             return False
+        if history is not None and not runtime.tracker.primed:
+            runtime.tracker.observe(history)  # the first cycle already closes a whole window
         for failure in read.failures:
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, failure.reason).inc()
         obs = runtime.tracker.observe(read)
@@ -183,18 +225,13 @@ class Daemon:
         self._log(runtime, decision)
         return obs.success
 
-    def _prime(self, runtime: DeploymentRuntime, source: HistorySource, past_s: float) -> None:
-        """Read one period back so the first cycle already closes a window."""
-        try:
-            runtime.tracker.observe(source.read_at(past_s))
-        except SourceError as exc:  # the cycle's own read reports and counts the failure
-            logger.info("%s: no history to start from (%s)", runtime.config.name, exc)
-
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
         """Feed one per-replica observation to the tuner when the window is steady and has
         latencies."""
         previous, runtime.previous_rate_rps = runtime.previous_rate_rps, obs.arrival_rate_rps
         if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
+            return
+        if obs.unobserved_pods:  # the load of some pods is an estimate: not a point to fit
             return
         if (
             obs.ttft_ms is None
@@ -212,7 +249,7 @@ class Daemon:
             return
         try:
             point = Observation(
-                rate_rps=obs.arrival_rate_rps / obs.observed_pods,
+                rate_rps=obs.arrival_rate_rps / obs.observed_pods,  # no unobserved pods here
                 avg_input_tokens=obs.avg_input_tokens,
                 avg_output_tokens=obs.avg_output_tokens,
                 ttft_ms=obs.ttft_ms,
@@ -247,8 +284,8 @@ class Daemon:
             observed_itl_ms=None if obs is None else obs.itl_ms,
             slo_ttft_ms=dep.slo.ttft_ms,
             slo_itl_ms=dep.slo.itl_ms,
-            source_up=obs is not None and obs.ready_pods > 0,
-            pods_observed=0 if obs is None else obs.ready_pods,
+            source_up=obs is not None and obs.read_pods > 0,
+            pods_observed=0 if obs is None else obs.read_pods,
             saturated=saturated(decision, obs),
             slo_headroom_ratio=slo_headroom_ratio(decision),
         )
@@ -323,10 +360,25 @@ class Daemon:
 
     def _restore(self) -> None:
         if self._statefile is not None:
-            restore_state(self._statefile.load(), self.runtimes)
+            restore_state(self._statefile.load(), self.runtimes, self._clock.time())
 
 
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
     return "inf" if math.isinf(value) else f"{value:.4g}"
+
+
+Reads = tuple[SourceRead | None, SourceRead]  # (one period back, if the source can; now)
+
+
+def _read_source(runtime: DeploymentRuntime, past_s: float) -> Reads:
+    """A deployment's read, run on a reader thread: it touches no daemon state."""
+    source = runtime.source
+    history = None
+    if not runtime.tracker.primed and isinstance(source, HistorySource):
+        try:
+            history = source.read_at(past_s)
+        except SourceError as exc:  # the cycle's own read reports and counts the failure
+            logger.info("%s: no history to start from (%s)", runtime.config.name, exc)
+    return history, source.read()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ class DeploymentRuntime:
     workload: Workload | None = None
     observation: DeploymentObservation | None = field(default=None)
     previous_rate_rps: float | None = None
+    pending_read: Future[Any] | None = None  # the source read in flight (reader thread)
 
     @property
     def params(self) -> ServiceParams | None:
@@ -61,8 +63,11 @@ def saved_state(runtimes: Mapping[str, DeploymentRuntime]) -> dict[str, Any]:
     return state
 
 
-def restore_state(saved: Mapping[str, Any], runtimes: Mapping[str, DeploymentRuntime]) -> None:
-    """Restore each deployment found in `saved`; an unusable entry is logged and skipped."""
+def restore_state(
+    saved: Mapping[str, Any], runtimes: Mapping[str, DeploymentRuntime], now_s: float
+) -> None:
+    """Restore each deployment found in `saved` at time `now_s` (s, the daemon's clock); an
+    unusable entry is logged and skipped."""
     entries = saved.get("deployments", {})
     for name, rt in runtimes.items():
         entry = entries.get(name)
@@ -75,7 +80,7 @@ def restore_state(saved: Mapping[str, Any], runtimes: Mapping[str, DeploymentRun
                 if _same_settings(tuner, rt.tuner)
                 else new_tuner(rt.config, seed=tuner.params)
             )
-            rt.recommender.restore(entry.get("recommender", {}))
+            rt.recommender.restore(entry.get("recommender", {}), now_s)
             shape = entry.get("workload")
             rt.workload = None if shape is None else Workload(*shape)
         except (KeyError, TypeError, ValueError) as exc:

@@ -19,6 +19,7 @@ class FailureReason(StrEnum):
     CONNECTION = "connection"
     HTTP_STATUS = "http_status"
     PARSE = "parse"
+    BODY_TOO_LARGE = "body_too_large"  # the answer exceeded the configured size cap
     STALE = "stale"
     RESOLVE = "resolve"
     BAD_RESPONSE = "bad_response"  # Prometheus answered, but not with a vector

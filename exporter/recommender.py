@@ -52,6 +52,7 @@ class Reason(StrEnum):
     SOURCE_DOWN = "source_down"
     NO_PODS = "no_pods"
     MODEL_NOT_FOUND = "model_not_found"
+    PODS_UNOBSERVED = "pods_unobserved"
 
 
 REASON_MESSAGES: dict[Reason, str] = {
@@ -69,6 +70,8 @@ REASON_MESSAGES: dict[Reason, str] = {
     Reason.NO_PODS: "no pod gave a usable sample: holding the last recommendation",
     Reason.MODEL_NOT_FOUND: "no pod serves the configured model_name: holding the last "
     "recommendation",
+    Reason.PODS_UNOBSERVED: "some pods could not be observed: their load is estimated from "
+    "the others, and the count is not lowered on a partial view",
 }
 # Observation verdicts that carry no rates: what the decision says instead.
 _UNUSABLE = {
@@ -207,7 +210,12 @@ class Recommender:
             return _decision(held, reason, current=None)
         current = obs.ready_pods
         if obs.status is ObservationStatus.WARMING_UP:
-            return _decision(current, Reason.FIRST_WINDOW, current=current)
+            # No window to size on (first read, after a blip, after a restart): keep what was
+            # recommended, so a pod still starting is not removed.
+            held = self._held(now_s)
+            return _decision(
+                current if held is None else held, Reason.FIRST_WINDOW, current=current
+            )
         rate = obs.arrival_rate_rps
         self._rates.append((now_s, rate))
         if params is None or workload is None:
@@ -242,7 +250,19 @@ class Recommender:
             wanted, override = current + 1, Reason.QUEUE_GROWING
         if wanted > dep.max_replicas:
             wanted, override = dep.max_replicas, Reason.MAX_REPLICAS
+        held = self._held(now_s)
+        if obs.unobserved_pods and held is not None and wanted < held:
+            wanted, override = held, Reason.PODS_UNOBSERVED
         return self._stabilized(now_s, wanted, plan.replicas, override, current, rate, **extra)
+
+    def _held(self, now_s: float) -> int | None:
+        """What stands recommended: the last decision's count, else (after a restart) the
+        highest count of the restored stabilization window; None before any."""
+        if self.last is not None and self.last.desired_replicas is not None:
+            return self.last.desired_replicas
+        window_s = self._dep.scale_down_stabilization_s
+        recent = [r for t, r in self._history if now_s - window_s <= t <= now_s]
+        return max(recent) if recent else None
 
     def projected_rate(self, rate: float) -> float:
         """The rate to size for (req/s): the current one, or with look_ahead_s > 0 the recent
@@ -294,19 +314,24 @@ class Recommender:
         """JSON-safe stabilization history."""
         return {"history": [[t, r] for t, r in self._history]}
 
-    def restore(self, data: dict[str, Any]) -> None:
-        """Load a history saved by `to_dict` (entries that do not parse are dropped)."""
+    def restore(self, data: dict[str, Any], now_s: float) -> None:
+        """Load a history saved by `to_dict`: entries that do not parse, lie in the future or
+        have left the stabilization window are dropped; counts are clamped to today's bounds."""
         self._history.clear()
-        for entry in data.get("history", []):
+        dep = self._dep
+        history = data.get("history", []) if isinstance(data, dict) else []
+        for entry in history if isinstance(history, list) else []:
             if (
                 isinstance(entry, list)
                 and len(entry) == 2
                 and isinstance(entry[0], int | float)
                 and math.isfinite(entry[0])
+                and now_s - dep.scale_down_stabilization_s <= entry[0] <= now_s
                 and isinstance(entry[1], int)
-                and entry[1] >= 0
+                and not isinstance(entry[1], bool)
             ):
-                self._history.append((float(entry[0]), int(entry[1])))
+                count = min(max(entry[1], dep.min_replicas), dep.max_replicas)
+                self._history.append((float(entry[0]), count))
 
 
 def _factor(bias: float) -> float:

@@ -16,8 +16,10 @@ from types import MappingProxyType
 
 from exporter.reading.pod_observation import (
     MS_PER_S,
+    Continuity,
     PodObservation,
     Problem,
+    continuity,
     histogram_mean,
     observe_pod,
 )
@@ -66,9 +68,10 @@ class DeploymentObservation:
     deployment: str
     window_s: float
     end_time_s: float
-    ready_pods: int
-    observed_pods: int
-    arrival_rate_rps: float
+    ready_pods: int  # pods known to exist: read, or failed to read, at the window's end
+    observed_pods: int  # pods with a usable delta over the window
+    unobserved_pods: int = 0  # known pods without one (failed read, untrustworthy counters)
+    arrival_rate_rps: float  # the observed pods' sum, scaled up for the unobserved ones
     completion_rate_rps: float
     backlog_change: float
     avg_input_tokens: float | None
@@ -91,9 +94,16 @@ class DeploymentObservation:
     rejected_samples: int = 0  # NaN/Inf/negative/mistyped samples in the end read, all pods
 
     @property
+    def read_pods(self) -> int:
+        """Pods whose metrics were read at the window's end."""
+        return self.ready_pods - len({f.pod for f in self.failures})
+
+    @property
     def arrival_rate_per_pod_rps(self) -> float | None:
-        """Mean arrival rate of the pods that have a delta (req/s); None without any."""
-        return self.arrival_rate_rps / self.observed_pods if self.observed_pods else None
+        """Mean arrival rate per pod (req/s); None without an observed pod."""
+        if not self.observed_pods:
+            return None
+        return self.arrival_rate_rps / (self.observed_pods + self.unobserved_pods)
 
 
 def observe_deployment(
@@ -104,9 +114,15 @@ def observe_deployment(
     after = {s.pod: s for s in end.samples if s.ok}
     problems: set[Problem] = set()
     pods: list[PodObservation] = []
+    unusable: list[str] = []  # pods read at both ends whose counters cannot be trusted
     for pod in sorted(after.keys() & before.keys()):
         if after[pod].time_s > before[pod].time_s:
-            pods.append(observe_pod(before[pod], after[pod]))
+            if continuity(before[pod], after[pod]) is Continuity.INCONSISTENT:
+                unusable.append(pod)
+            else:
+                pods.append(observe_pod(before[pod], after[pod]))
+    if unusable:
+        problems.add(Problem.COUNTERS_INCONSISTENT)
     new_pods = tuple(sorted(after.keys() - before.keys()))
     gone_pods = tuple(sorted(before.keys() - after.keys()))
     bad = [s for s in end.samples if not s.ok]
@@ -130,6 +146,11 @@ def observe_deployment(
             ", ".join(exposed) or "(no model_name label)",
         )
     sums = _sum_deltas(pods)
+    # Pods known to exist (they answered, or a read of them failed) but without a usable delta
+    # still serve traffic: their load is estimated from the observed pods' mean, never zero.
+    failed = {f.pod for f in end.failures} - after.keys()
+    unobserved = len(unusable) + len(failed)
+    scale = (len(pods) + unobserved) / len(pods) if pods else 1.0
     kv = [s.gauges[GaugeName.KV_USAGE] for s in after.values() if GaugeName.KV_USAGE in s.gauges]
     running = [p.avg_running for p in pods if p.avg_running is not None]
     waiting = [p.avg_waiting for p in pods if p.avg_waiting is not None]
@@ -140,11 +161,12 @@ def observe_deployment(
         deployment=deployment,
         window_s=end.time_s - start.time_s,
         end_time_s=end.time_s,
-        ready_pods=len(after),
+        ready_pods=len(after) + len(failed),
         observed_pods=len(pods),
-        arrival_rate_rps=sum(p.arrival_rate_rps for p in pods),
-        completion_rate_rps=sum(p.completion_rate_rps for p in pods),
-        backlog_change=sum(p.backlog_change or 0.0 for p in pods),
+        unobserved_pods=unobserved,
+        arrival_rate_rps=scale * sum(p.arrival_rate_rps for p in pods),
+        completion_rate_rps=scale * sum(p.completion_rate_rps for p in pods),
+        backlog_change=scale * sum(p.backlog_change or 0.0 for p in pods),
         avg_input_tokens=histogram_mean(sums.get(HistogramName.PROMPT_LEN)),
         avg_output_tokens=histogram_mean(sums.get(HistogramName.GENERATION_LEN)),
         ttft_ms=histogram_mean(sums.get(HistogramName.TTFT_S), MS_PER_S),
@@ -166,12 +188,17 @@ def observe_deployment(
     )
 
 
+# Consecutive windows with inconsistent counters before the load-balancer warning.
+INCONSISTENT_WARN_AFTER = 2
+
+
 class WindowTracker:
     """Keeps the previous read of one deployment so each new read closes a window."""
 
     def __init__(self, deployment: str = "") -> None:
         self._deployment = deployment
         self._previous: SourceRead | None = None
+        self._inconsistent = 0  # windows in a row with counters that cannot be trusted
 
     @property
     def primed(self) -> bool:
@@ -182,7 +209,20 @@ class WindowTracker:
         """The observation from the previous read to `read` (WARMING_UP on the first)."""
         previous = self._previous or SourceRead(time_s=read.time_s, samples=())
         self._previous = read
-        return observe_deployment(previous, read, deployment=self._deployment)
+        obs = observe_deployment(previous, read, deployment=self._deployment)
+        if Problem.COUNTERS_INCONSISTENT in obs.problems:
+            self._inconsistent += 1
+            if self._inconsistent == INCONSISTENT_WARN_AFTER:
+                logger.warning(
+                    "%s: counters went down without a restart in %d windows in a row: is this "
+                    "URL a load-balanced Service? Scrape the headless Service (one address per "
+                    "pod) instead",
+                    self._deployment,
+                    self._inconsistent,
+                )
+        else:
+            self._inconsistent = 0
+        return obs
 
 
 def _status(

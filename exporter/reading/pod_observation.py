@@ -35,6 +35,36 @@ QUEUE_GROWTH_FACTOR = 1.1
 MIN_BACKLOG_GROWTH = 2.0
 # Process start times differ by more than this (s) => a different process, hence a reset.
 PROCESS_START_TOLERANCE_S = 1.0
+# A restart is real only if the new process started after the window's first read, up to this
+# much clock skew between the pod and the sizer (s).
+PROCESS_CLOCK_SKEW_S = 30.0
+
+
+class Continuity(StrEnum):
+    """How two samples of one URL relate."""
+
+    SAME_PROCESS = "same_process"  # counters only grew: the window's increase is usable
+    RESTARTED = "restarted"  # a new process started inside the window: count from zero
+    INCONSISTENT = "inconsistent"  # counters fell, or an older process answers: unusable
+
+
+def continuity(start: PodSample, end: PodSample) -> Continuity:
+    """Whether the window between two samples of one URL can be read as one pod's increase.
+
+    A decrease is a restart only when the process says so: vLLM exports
+    process_start_time_seconds, and a restarted process started after the window's first read.
+    Counters that fall while the process is the same, or a process start time that differs but
+    lies before the window (two pods behind one load-balanced URL), make the window unusable
+    rather than charging the end values to it. Without a start time, a decrease is a restart.
+    """
+    decreased = _decreased(start, end)
+    if start.process_start_s is None or end.process_start_s is None:
+        return Continuity.RESTARTED if decreased else Continuity.SAME_PROCESS
+    if abs(end.process_start_s - start.process_start_s) <= PROCESS_START_TOLERANCE_S:
+        return Continuity.INCONSISTENT if decreased else Continuity.SAME_PROCESS
+    if end.process_start_s >= start.time_s - PROCESS_CLOCK_SKEW_S:
+        return Continuity.RESTARTED
+    return Continuity.INCONSISTENT
 
 
 class Problem(StrEnum):
@@ -49,6 +79,7 @@ class Problem(StrEnum):
     FAILED_POD = "failed_pod"
     MODEL_NOT_FOUND = "model_not_found"
     BAD_POD_SAMPLE = "bad_pod_sample"
+    COUNTERS_INCONSISTENT = "counters_inconsistent"  # counters fell without a restart
     NON_STATIONARY = "non_stationary"  # the rate moved too much for the tuner to fit the window
     INVALID_OBSERVATION = "invalid_observation"  # the window's figures fail the tuner's checks
 
@@ -82,13 +113,14 @@ class PodObservation:
 
 
 def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
-    """Two OK samples of one pod -> its observation over (start.time_s, end.time_s]."""
+    """Two OK samples of one pod -> its observation over (start.time_s, end.time_s]; the
+    caller has checked that their `continuity` is not INCONSISTENT."""
     window_s = end.time_s - start.time_s
     if not window_s > 0:
         raise ValueError(f"`end.time_s` must be after `start.time_s`, got a window of {window_s} s")
     if not (start.ok and end.ok):
         raise ValueError(f"both samples must be OK, got {start.status} and {end.status}")
-    reset = _is_reset(start, end)
+    reset = continuity(start, end) is Continuity.RESTARTED
     problems: list[Problem] = [Problem.COUNTER_RESET] if reset else []
     completed = _increase(start.counters, end.counters, CounterName.REQUEST_SUCCESS, reset)
     completed = 0.0 if completed is None else completed  # OK samples always carry it
@@ -150,10 +182,7 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
     )
 
 
-def _is_reset(start: PodSample, end: PodSample) -> bool:
-    if start.process_start_s is not None and end.process_start_s is not None:
-        if abs(end.process_start_s - start.process_start_s) > PROCESS_START_TOLERANCE_S:
-            return True
+def _decreased(start: PodSample, end: PodSample) -> bool:
     if any(end.counters[c] < v for c, v in start.counters.items() if c in end.counters):
         return True
     return any(

@@ -8,17 +8,19 @@ token file is re-read on every request because projected service-account tokens 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import requests
+from urllib.parse import urlencode
 
 from exporter.errors import FailureReason, PrometheusQueryError
+from exporter.reading.http_fetch import DEFAULT_MAX_BODY_BYTES, FetchError, HttpResponse, fetch
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class PrometheusClient:
         bearer_token_file: Path | None = None,
         ca_file: Path | None = None,
         insecure: bool = False,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"`base_url` must start with http:// or https://, got {base_url!r}")
@@ -56,7 +59,8 @@ class PrometheusClient:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
         self._token_file = bearer_token_file
-        self._verify: bool | str = False if insecure else (str(ca_file) if ca_file else True)
+        self._max_body_bytes = max_body_bytes
+        self._ssl = _ssl_context(ca_file, insecure) if base_url.startswith("https://") else None
 
     def headers(self) -> dict[str, str]:
         """Request headers; the token is read now, trimmed, and omitted when empty."""
@@ -81,27 +85,26 @@ class PrometheusClient:
         if time_s is not None:
             form["time"] = f"{time_s:.3f}"
         url = self.base_url + QUERY_PATH
+        headers = {"Content-Type": "application/x-www-form-urlencoded", **self.headers()}
         try:
-            response = requests.post(
+            response = fetch(
                 url,
-                data=form,
-                headers=self.headers(),
-                timeout=self._timeout_s,
-                verify=self._verify,
+                method="POST",
+                body=urlencode(form).encode(),
+                headers=headers,
+                deadline_s=self._timeout_s,
+                max_body_bytes=self._max_body_bytes,
+                ssl_context=self._ssl,
             )
-        except requests.Timeout as exc:
-            raise PrometheusQueryError(url, promql, str(exc), reason=FailureReason.TIMEOUT) from exc
-        except requests.RequestException as exc:
-            raise PrometheusQueryError(
-                url, promql, str(exc), reason=FailureReason.CONNECTION
-            ) from exc
+        except FetchError as exc:
+            raise PrometheusQueryError(url, promql, str(exc), reason=exc.reason) from exc
         body = _json_or_none(response)
         if isinstance(body, dict) and body.get("status") == "error":
             message = f"{body.get('errorType', 'error')}: {body.get('error', '')}"
             raise PrometheusQueryError(url, promql, message, reason=FailureReason.QUERY)
-        if response.status_code != 200:
+        if response.status != 200:
             raise PrometheusQueryError(
-                url, promql, f"HTTP {response.status_code}", reason=FailureReason.HTTP_STATUS
+                url, promql, f"HTTP {response.status}", reason=FailureReason.HTTP_STATUS
             )
         if isinstance(body, dict) and body.get("warnings"):
             logger.warning("prometheus warnings for %s: %s", promql, body["warnings"])
@@ -113,9 +116,18 @@ class PrometheusClient:
             ) from exc
 
 
-def _json_or_none(response: requests.Response) -> Any:
+def _ssl_context(ca_file: Path | None, insecure: bool) -> ssl.SSLContext:
+    """Verification against the system's CAs, a given CA file, or (insecure) none."""
+    context = ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _json_or_none(response: HttpResponse) -> Any:
     try:
-        return response.json()
+        return json.loads(response.body)
     except ValueError:
         return None  # not JSON: the status check or the envelope check reports it
 

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-import requests
-
 from exporter.clock import Clock
 from exporter.errors import FailureReason, ScrapeError, SourceError
+from exporter.reading.http_fetch import DEFAULT_MAX_BODY_BYTES, FetchError, fetch
 from exporter.reading.promapi import PrometheusClient, VectorSample
 from exporter.reading.vllm_metrics import (
     PodSample,
@@ -94,6 +93,7 @@ class ScrapeSource:
         service_url: str | None = None,
         model_name: str | None = None,
         timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_workers: int = DEFAULT_MAX_WORKERS,
         resolver: Resolver = resolve_a_records,
     ) -> None:
@@ -110,7 +110,8 @@ class ScrapeSource:
         self._urls = tuple(urls)
         self._service_url = service_url
         self._model_name = model_name
-        self._timeout_s = timeout_s
+        self._timeout_s = timeout_s  # the whole request, body included
+        self._max_body_bytes = max_body_bytes
         self._max_workers = max_workers
         self._resolver = resolver
 
@@ -152,20 +153,16 @@ class ScrapeSource:
         pod = pod_name_for_url(url)
         try:
             sent_s = self._clock.time()
-            response = requests.get(url, timeout=self._timeout_s)
-            response.raise_for_status()
+            response = fetch(url, deadline_s=self._timeout_s, max_body_bytes=self._max_body_bytes)
+            if response.status != 200:
+                return PodFailure(pod, FailureReason.HTTP_STATUS, f"HTTP {response.status}")
             # The pod read its values somewhere between request and response: the midpoint
             # bounds the timestamp error by half the round trip, which grows under load.
             read_s = 0.5 * (sent_s + self._clock.time())
-            return parse_exposition(
-                response.text, pod=pod, time_s=read_s, model_name=self._model_name
-            )
-        except requests.Timeout as exc:
-            return PodFailure(pod, FailureReason.TIMEOUT, str(exc))
-        except requests.HTTPError as exc:
-            return PodFailure(pod, FailureReason.HTTP_STATUS, str(exc))
-        except requests.RequestException as exc:
-            return PodFailure(pod, FailureReason.CONNECTION, str(exc))
+            text = response.body.decode("utf-8", errors="replace")
+            return parse_exposition(text, pod=pod, time_s=read_s, model_name=self._model_name)
+        except FetchError as exc:
+            return PodFailure(pod, exc.reason, str(exc))
         except ScrapeError as exc:
             return PodFailure(pod, FailureReason.PARSE, str(exc))
 

@@ -156,7 +156,7 @@ def test_history_round_trip_keeps_the_window() -> None:
     rec = Recommender(deployment())
     rec.decide(0.0, observation(3.5 * CAPACITY, 4), LLAMA, SHAPE)
     restored = Recommender(deployment())
-    restored.restore(rec.to_dict())
+    restored.restore(rec.to_dict(), 30.0)
     decision = restored.decide(30.0, observation(0.5 * CAPACITY, 4), LLAMA, SHAPE)
     assert decision.desired_replicas == 4 and decision.reason is Reason.STABILIZING
 
@@ -164,7 +164,7 @@ def test_history_round_trip_keeps_the_window() -> None:
 @pytest.mark.parametrize("bad", [[["x", 3]], [[1.0]], [[1.0, -2]], "nope"])
 def test_restore_drops_garbage(bad: object) -> None:
     rec = Recommender(deployment())
-    rec.restore({"history": bad if isinstance(bad, list) else []})
+    rec.restore({"history": bad if isinstance(bad, list) else []}, 0.0)
     assert rec.to_dict() == {"history": []}
 
 

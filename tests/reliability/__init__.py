@@ -1,0 +1,1 @@
+"""Reliability tests: slow, lying and hostile sources, clients, files and clocks."""

@@ -1,0 +1,244 @@
+"""Slow, flooding, redirecting and lying sources: every read ends by its deadline, is counted
+under its reason, and never inflates, drops or freezes a recommendation."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporter.clock import ManualClock
+from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon import Daemon
+from exporter.errors import FailureReason
+from exporter.reading.observations import WindowTracker
+from exporter.reading.pod_observation import Problem
+from exporter.reading.promapi import PrometheusClient
+from exporter.reading.sources import ScrapeSource, SourceRead
+from exporter.recommender import Reason
+from exporter.statefile import StateFile
+from model import ServerConfig, ServiceParams
+from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
+from tests.reliability.fault_server import Fault, FaultServer
+
+pytestmark = pytest.mark.integration  # real HTTP on loopback
+
+LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+T0 = 1_700_000_000.0
+W = 30.0
+STEP = steady_increment(
+    completions=60, in_tokens=512, out_tokens=128, ttft_s=0.05, itl_s=0.01,
+    queue_s=0.0, inference_s=1.3, running=3, waiting=0, kv_usage=0.1,
+)  # fmt: skip
+
+
+def scrape(url: str, timeout_s: float = 1.0, max_body_bytes: int = 1 << 20) -> SourceRead:
+    source = ScrapeSource(
+        clock=ManualClock(T0), urls=[url], timeout_s=timeout_s, max_body_bytes=max_body_bytes
+    )
+    return source.read()
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        (Fault.DRIP, FailureReason.TIMEOUT),
+        (Fault.HANG, FailureReason.TIMEOUT),
+        (Fault.HUGE, FailureReason.BODY_TOO_LARGE),
+        (Fault.REDIRECT, FailureReason.HTTP_STATUS),
+    ],
+)
+def test_a_faulty_pod_is_cut_off_by_its_deadline(fault: Fault, reason: FailureReason) -> None:
+    with FaultServer(fault) as server, FaultServer(Fault.SERVE, [render(PodTotals())]) as target:
+        server.redirect_to = target.url
+        start = time.monotonic()
+        read = scrape(server.url)
+        elapsed = time.monotonic() - start
+        assert [f.reason for f in read.failures] == [reason]
+        assert not read.samples
+        assert elapsed < 2.0, f"{fault}: {elapsed:.1f} s against a 1 s deadline"
+        assert target.requests == 0  # a redirect is never followed
+
+
+def test_a_dripping_prometheus_is_cut_off_by_its_deadline() -> None:
+    with FaultServer(Fault.DRIP) as server:
+        client = PrometheusClient(server.url.removesuffix("/metrics"), timeout_s=1.0)
+        start = time.monotonic()
+        with pytest.raises(Exception) as info:
+            client.query("up")
+        assert getattr(info.value, "reason", None) is FailureReason.TIMEOUT
+        assert time.monotonic() - start < 2.0
+
+
+def deployment(name: str, url: str, **changes: object) -> DeploymentConfig:
+    dep = DeploymentConfig(
+        name=name, model_name="m", source=SourceConfig(scrape_urls=(url,), scrape_timeout_s=1.0),
+        server=ServerConfig(), slo=SloConfig(ttft_ms=60.0, itl_ms=20.0), initial_params=LLAMA,
+        min_replicas=1, max_replicas=10,
+    )  # fmt: skip
+    return replace(dep, **changes)  # type: ignore[arg-type]
+
+
+def sources(config: Config, clock: ManualClock) -> dict[str, ScrapeSource]:
+    return {
+        d.name: ScrapeSource(
+            clock=clock, urls=d.source.scrape_urls, model_name="m", timeout_s=1.0
+        )
+        for d in config.deployments
+    }
+
+
+def test_one_dripping_pod_does_not_hold_up_another_deployment() -> None:
+    state = {"totals": PodTotals()}
+    with (
+        FaultServer(Fault.SERVE, lambda: render(state["totals"])) as healthy,
+        FaultServer(Fault.DRIP, drip_interval_s=0.1) as drip,
+    ):
+        config = Config(
+            cycle_period_s=5.0,
+            deployments=(deployment("good", healthy.url), deployment("slow", drip.url)),
+        )
+        clock = ManualClock(T0)
+        daemon = Daemon(config, sources(config, clock), CollectorRegistry(), clock)
+        desired = []
+        for _ in range(4):
+            clock.advance(W)
+            state["totals"] = state["totals"].plus(STEP)
+            start = time.monotonic()
+            snapshot = daemon.run_cycle()
+            assert time.monotonic() - start < 2.5  # the slow pod's 1 s deadline, not its drip
+            good = next(s for s in snapshot.deployments if s.deployment == "good")
+            desired.append(good.decision.desired_replicas)
+            slow = next(s for s in snapshot.deployments if s.deployment == "slow")
+            assert not slow.source_up
+        assert all(d is not None for d in desired[1:]), desired
+        daemon.close()
+
+
+def exposition(totals: PodTotals, started_s: float) -> str:
+    return render(replace(totals, process_start_s=started_s))
+
+
+def two_reads(first: str, second: str) -> tuple[WindowTracker, object]:
+    """One pod URL read twice, W apart, answering `first` then `second`."""
+    bodies = iter([first, second])
+    clock = ManualClock(T0)
+    tracker = WindowTracker("d")
+    with FaultServer(Fault.SERVE, lambda: next(bodies)) as server:
+        source = ScrapeSource(clock=clock, urls=[server.url])
+        tracker.observe(source.read())
+        clock.advance(W)
+        return tracker, tracker.observe(source.read())
+
+
+def test_counters_that_fall_without_a_restart_make_an_unusable_window() -> None:
+    first = exposition(PodTotals().plus(STEP, times=10), T0 - 3600)
+    lower = exposition(PodTotals().plus(STEP, times=4), T0 - 3600)  # same process, went down
+    _, obs = two_reads(first, lower)
+    assert Problem.COUNTERS_INCONSISTENT in obs.problems  # type: ignore[attr-defined]
+    assert obs.observed_pods == 0 and obs.arrival_rate_rps == 0.0  # type: ignore[attr-defined]
+    assert not obs.success  # type: ignore[attr-defined]  # nothing to size on: it holds
+
+
+def test_two_pods_behind_one_url_never_inflate_the_rate() -> None:
+    """A ClusterIP Service in front of two pods: reads alternate between two processes whose
+    counters differ. Today's true rate is 2 req/s per pod; nothing may read far above it."""
+    pods = [PodTotals().plus(STEP, times=40), PodTotals().plus(STEP, times=5)]
+    starts = [T0 - 7200, T0 - 3600]
+    turn = {"k": 0}
+
+    def body() -> str:
+        k = turn["k"] % 2
+        turn["k"] += 1
+        return exposition(pods[k], starts[k])
+
+    clock = ManualClock(T0)
+    tracker = WindowTracker("d")
+    rates = []
+    with FaultServer(Fault.SERVE, body) as server:
+        source = ScrapeSource(clock=clock, urls=[server.url])
+        for _ in range(8):
+            obs = tracker.observe(source.read())
+            rates.append(obs.arrival_rate_rps)
+            clock.advance(W)
+            pods = [p.plus(STEP) for p in pods]
+    assert max(rates) <= 2 * 2.0 + 1e-9, rates  # the old reading charged ~100-700 req/s
+
+
+def test_a_real_restart_still_counts_from_zero() -> None:
+    before = exposition(PodTotals().plus(STEP, times=20), T0 - 600)
+    restarted = exposition(PodTotals().plus(STEP), T0 + 5)  # 60 completions since a restart
+    _, obs = two_reads(before, restarted)
+    assert Problem.COUNTER_RESET in obs.problems  # type: ignore[attr-defined]
+    assert obs.completion_rate_rps == pytest.approx(60 / W)  # type: ignore[attr-defined]
+
+
+def test_a_pod_whose_metrics_fail_keeps_its_load_and_its_replica() -> None:
+    state = {"a": PodTotals(), "b": PodTotals()}
+    with (
+        FaultServer(Fault.SERVE, lambda: render(state["a"])) as a,
+        FaultServer(Fault.SERVE, lambda: render(state["b"])) as b,
+    ):
+        dep = replace(deployment("d", a.url), source=SourceConfig(scrape_urls=(a.url, b.url)))
+        config = Config(cycle_period_s=30.0, deployments=(dep,))
+        clock = ManualClock(T0)
+        source = ScrapeSource(clock=clock, urls=[a.url, b.url], model_name="m", timeout_s=1.0)
+        daemon = Daemon(config, {"d": source}, CollectorRegistry(), clock)
+        heavy = STEP
+        for _ in range(4):  # both pods busy: 2 x 2 req/s
+            clock.advance(W)
+            state = {k: v.plus(heavy, times=3) for k, v in state.items()}
+            before = daemon.run_cycle().deployments[0].decision
+        b.fault = Fault.HANG
+        clock.advance(W)
+        state = {k: v.plus(heavy, times=3) for k, v in state.items()}
+        after = daemon.run_cycle().deployments[0]
+        daemon.close()
+    assert after.decision.current_replicas == 2  # the hung pod still exists
+    assert after.decision.arrival_rate_rps == pytest.approx(before.arrival_rate_rps, rel=0.05)
+    assert after.decision.desired_replicas is not None and before.desired_replicas is not None
+    assert after.decision.desired_replicas >= before.desired_replicas
+
+
+def test_a_blip_or_a_restart_keeps_the_recommendation(tmp_path: Path) -> None:
+    state = {"totals": PodTotals()}
+    with FaultServer(Fault.SERVE, lambda: render(state["totals"])) as pod:
+        dep = deployment("d", pod.url, scale_down_stabilization_s=300.0)
+        config = Config(cycle_period_s=30.0, state_file=tmp_path / "s.json", deployments=(dep,))
+        clock = ManualClock(T0)
+        daemon = Daemon(config, sources(config, clock), CollectorRegistry(), clock,
+                        StateFile(tmp_path / "s.json"))  # fmt: skip
+        for _ in range(3):  # a load that needs more than the one pod serving it
+            clock.advance(W)
+            state["totals"] = state["totals"].plus(STEP, times=20)
+            held = daemon.run_cycle().deployments[0].decision.desired_replicas
+        assert held is not None and held > 1
+        pod.fault = Fault.HANG  # a scrape blip: one cycle without a read ...
+        clock.advance(W)
+        daemon.run_cycle()
+        pod.fault = Fault.SERVE  # ... then a first window again
+        clock.advance(W)
+        state["totals"] = state["totals"].plus(STEP, times=20)
+        blip = daemon.run_cycle().deployments[0].decision
+        assert blip.reason is Reason.FIRST_WINDOW and blip.desired_replicas == held
+        daemon.close()
+        # A restart (same clock, state file kept) holds the restored window's count at once.
+        clock.advance(W)
+        restarted = Daemon(config, sources(config, clock), CollectorRegistry(), clock,
+                           StateFile(tmp_path / "s.json"))  # fmt: skip
+        first = restarted.run_cycle().deployments[0].decision
+        assert first.reason is Reason.FIRST_WINDOW and first.desired_replicas == held
+        restarted.close()
+
+
+def test_restored_history_is_clamped_to_the_bounds_and_the_window(tmp_path: Path) -> None:
+    from exporter.recommender import Recommender
+
+    dep = deployment("d", "http://127.0.0.1:1/", max_replicas=8, scale_down_stabilization_s=300)
+    rec = Recommender(dep)
+    now = T0
+    rec.restore({"history": [[now - 10, 10], [now + 3600, 1000], [now - 900, 9]]}, now)
+    assert rec.to_dict() == {"history": [[now - 10, 8]]}
