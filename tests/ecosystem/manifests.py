@@ -35,6 +35,7 @@ CRD_FILES = {
     "TriggerAuthentication": "keda.sh_triggerauthentications.yaml",
     "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
     "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
+    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
 }
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -40,6 +40,7 @@ EXPECTED_KINDS = {
     "central/vllm-podmonitor.yaml": ["PodMonitor"],
     "keda-scaledobject.yaml": ["ScaledObject", "TriggerAuthentication"],
     "hpa.yaml": ["HorizontalPodAutoscaler", "ConfigMap"],
+    "prometheusrule.yaml": ["PrometheusRule"],
 }
 
 
@@ -127,6 +128,19 @@ def _break_podmonitor_endpoints_key(doc: Manifest) -> None:
     _rename(doc["spec"], "podMetricsEndpoints", "endpoints")
 
 
+def _first_alert(doc: Manifest) -> dict:
+    return doc["spec"]["groups"][0]["rules"][0]
+
+
+def _break_prometheusrule_for_duration(doc: Manifest) -> None:
+    _first_alert(doc)["for"] = "5 minutes"
+
+
+def _break_prometheusrule_severity_field(doc: Manifest) -> None:
+    # The severity belongs under `labels:`; a rule has no such field.
+    _first_alert(doc)["severity"] = _first_alert(doc)["labels"].pop("severity")
+
+
 def _break_misspelled_top_level_field(doc: Manifest) -> None:
     _rename(doc, "metadata", "metdata")
 
@@ -151,6 +165,10 @@ BREAKERS: dict[str, list[tuple[Breaker, str]]] = {
         (_break_servicemonitor_selector_missing, "'selector' is a required property"),
     ],
     "PodMonitor": [(_break_podmonitor_endpoints_key, "'endpoints' was unexpected")],
+    "PrometheusRule": [
+        (_break_prometheusrule_for_duration, "'5 minutes' does not match"),
+        (_break_prometheusrule_severity_field, "'severity' was unexpected"),
+    ],
 }
 GENERIC_BREAKER = (_break_misspelled_top_level_field, "'metdata' was unexpected")
 
