@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -25,7 +26,8 @@ class SystemClock:
 
 
 class ManualClock:
-    """A clock that moves only when told to; wall and monotonic time advance together."""
+    """A clock that moves only when told to; wall and monotonic time advance together unless the
+    wall clock is stepped on its own."""
 
     def __init__(self, start_s: float = 1_700_000_000.0) -> None:
         self._wall_s = float(start_s)
@@ -42,3 +44,10 @@ class ManualClock:
             raise ValueError(f"`seconds` must be >= 0, got {seconds}")
         self._wall_s += seconds
         self._mono_s += seconds
+
+    def step_wall(self, seconds: float) -> None:
+        """Step the wall clock alone, either way, as NTP or an operator does to a real one;
+        monotonic time does not move."""
+        if not math.isfinite(seconds):
+            raise ValueError(f"`seconds` must be finite, got {seconds}")
+        self._wall_s += seconds

@@ -31,8 +31,7 @@ class CycleOutcome(StrEnum):
 class SkippedEvent(StrEnum):
     """Why the scheduler did not start a cycle on time; exported label values."""
 
-    MISSED = "missed"  # the start time passed while the previous cycle ran
-    MAX_INSTANCES = "max_instances"  # the previous cycle was still running
+    MISSED = "missed"  # a start time passed while the previous cycle still ran (never bunched)
 
 
 class OperationMetrics:

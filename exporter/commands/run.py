@@ -1,36 +1,40 @@
-"""`vllm-sizer run`: the daemon, cycling on a schedule behind its HTTP server until signalled."""
+"""`vllm-sizer run`: the daemon, cycling on the monotonic clock behind its HTTP server until
+signalled.
+
+The cycles are started by exporter/scheduler.py, not by APScheduler's interval trigger: that
+trigger sleeps until run times on the wall clock, so a backward step of the system clock stopped
+every cycle while /healthz stayed 200.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from apscheduler.events import (
-    EVENT_JOB_ERROR,
-    EVENT_JOB_MAX_INSTANCES,
-    EVENT_JOB_MISSED,
-    JobExecutionEvent,
-)
-from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
-from exporter.clock import SystemClock
+from exporter.clock import Clock, SystemClock
 from exporter.commands.version import package_version
 from exporter.config_loader import load_config
 from exporter.daemon import Daemon, build_sources
 from exporter.errors import ConfigError
 from exporter.exposition import BuildInfoCollector
 from exporter.operation_metrics import SkippedEvent
+from exporter.scheduler import PeriodicScheduler
 from exporter.server import SizerHTTPServer
 from exporter.statefile import StateFile
 
 logger = logging.getLogger("vllm_sizer")
+
+# After SIGTERM: how long a running cycle, then any read still in flight, may take to end before
+# the process exits without them (Kubernetes' grace period is 30 s by default; we take 3).
+STOP_GRACE_S = 3.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,8 +66,21 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
     daemon = Daemon(config, build_sources(config, clock), registry, clock, statefile)
+
+    def on_skipped(count: int) -> None:
+        daemon.metrics.cycles_skipped.labels(SkippedEvent.MISSED).inc(count)
+        logger.warning("%d cycle(s) skipped: the previous cycle overran its period", count)
+
+    scheduler = PeriodicScheduler(
+        daemon.run_cycle, config.cycle_period_s, clock=clock, on_skipped=on_skipped
+    )
     server = SizerHTTPServer(
-        config.listen_host, config.listen_port, registry, daemon.ready, daemon.predict
+        config.listen_host,
+        config.listen_port,
+        registry,
+        daemon.ready,
+        daemon.predict,
+        live=scheduler.alive,
     )
     server.start()
     logger.info(
@@ -72,27 +89,6 @@ def run_daemon(args: argparse.Namespace) -> int:
         server.port,
         len(config.deployments),
         config.cycle_period_s,
-    )
-    scheduler = BackgroundScheduler()
-
-    def on_event(event: JobExecutionEvent) -> None:
-        code = event.code
-        if code == EVENT_JOB_ERROR:
-            logger.error("cycle raised: %s", event.exception)
-            return
-        event_name = SkippedEvent.MISSED if code == EVENT_JOB_MISSED else SkippedEvent.MAX_INSTANCES
-        daemon.metrics.cycles_skipped.labels(event_name).inc()
-        logger.warning("cycle %s: the previous cycle was still running", event_name)
-
-    scheduler.add_listener(on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR)
-    scheduler.add_job(
-        daemon.run_cycle,
-        "interval",
-        seconds=config.cycle_period_s,
-        max_instances=1,
-        coalesce=True,
-        misfire_grace_time=int(config.cycle_period_s),
-        next_run_time=datetime.now(UTC),
     )
     stop = threading.Event()
 
@@ -106,6 +102,28 @@ def run_daemon(args: argparse.Namespace) -> int:
     try:
         stop.wait()
     finally:
-        scheduler.shutdown(wait=True)
+        deadline_s = clock.monotonic() + STOP_GRACE_S
+        if not scheduler.stop(STOP_GRACE_S):
+            logger.warning("stopping without the running cycle: it took over %gs", STOP_GRACE_S)
         server.stop()
+        daemon.close()
+        _exit_if_threads_linger(clock, deadline_s)
     return 0
+
+
+def _exit_if_threads_linger(clock: Clock, deadline_s: float) -> None:
+    """Python waits at exit for non-daemon threads and for every ThreadPoolExecutor worker (the
+    daemon's readers), daemon or not: one still in a read would hold the process past its grace
+    period. So the other threads get until the deadline, and the process leaves without those
+    still running: daemon threads are dropped at exit anyway, and nothing is lost that SIGKILL
+    would not lose (the state file is replaced atomically)."""
+    others = [
+        thread for thread in threading.enumerate() if thread is not threading.current_thread()
+    ]
+    for thread in others:
+        thread.join(max(0.0, deadline_s - clock.monotonic()))
+    lingering = [thread.name for thread in others if thread.is_alive()]
+    if lingering:
+        logger.warning("exiting with %s still running", ", ".join(lingering))
+        logging.shutdown()
+        os._exit(0)
