@@ -17,6 +17,23 @@ DEFAULT_PROMETHEUS_TIMEOUT_S = 10.0
 DEFAULT_MIN_OBSERVATIONS = 5
 DEFAULT_WINDOW = 10
 
+# Upper bounds of the sizes that set the daemon's memory and time per cycle (config_loader
+# refuses anything beyond them, naming the key and the bound).
+MAX_DEPLOYMENTS = 256  # each one is read, fitted and sized every cycle
+MIN_CYCLE_PERIOD_S = 1.0
+MAX_CYCLE_PERIOD_S = 3600.0  # longer is no autoscaling; the scheduler's grace time is the period
+MAX_NUM_SEQS = 16_384  # vLLM's max_num_seqs is a few hundred to a few thousand in practice
+MAX_NUM_BATCHED_TOKENS = 16_777_216  # 2**24 tokens: above any context length served today
+MAX_QUEUE_SIZE = 100_000
+MAX_TUNER_WINDOW = 1_000  # also bounds tuner.min_observations
+MAX_REPLICAS = 10_000
+# The HPA's own limit for a stabilization window; the history holds one entry per cycle of it.
+MAX_STABILIZATION_S = 3600.0
+# A fit evaluates the model on a table of tuner.window x (max_num_seqs + max_queue_size) floats,
+# several times over: 2**20 cells is ~70 MiB and ~0.1 s per evaluation (100 million max_num_seqs
+# alone took 763 MiB per evaluation). Each factor has its bound above; so does their product.
+MAX_MODEL_CELLS = 1_048_576
+
 
 @dataclass(frozen=True, slots=True)
 class PrometheusConfig:

@@ -6,8 +6,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from exporter.config import (
     DEFAULT_CYCLE_PERIOD_S,
     DEFAULT_LISTEN_HOST,
@@ -17,6 +15,16 @@ from exporter.config import (
     DEFAULT_SCRAPE_TIMEOUT_S,
     DEFAULT_STABILIZATION_S,
     DEFAULT_WINDOW,
+    MAX_CYCLE_PERIOD_S,
+    MAX_DEPLOYMENTS,
+    MAX_MODEL_CELLS,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+    MAX_QUEUE_SIZE,
+    MAX_REPLICAS,
+    MAX_STABILIZATION_S,
+    MAX_TUNER_WINDOW,
+    MIN_CYCLE_PERIOD_S,
     Config,
     DeploymentConfig,
     PrometheusConfig,
@@ -26,14 +34,17 @@ from exporter.config import (
 )
 from exporter.config_checks import (
     KeyReader,
+    UnusableConfigError,
+    address_problems,
     choice,
     file_path,
     http_url,
     integer,
+    listen_address,
     number,
+    read_yaml,
     string,
 )
-from exporter.errors import ConfigError
 from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
 
 # Errors name the key path, the value and what is allowed, e.g.
@@ -42,15 +53,6 @@ from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, Se
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Kubernetes object names (RFC 1123 labels); the `deployment` label must match the Deployment.
 NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-def _listen(value: Any) -> tuple[str, int] | None:
-    if not isinstance(value, str):
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        return None
-    return host.strip("[]") or DEFAULT_LISTEN_HOST, int(port)
 
 
 def parse_config(data: Any) -> Config:
@@ -74,15 +76,15 @@ def parse_config(data: Any) -> Config:
         top,
         "cycle_period_s",
         "",
-        number(1.0, inclusive=True),
-        "must be a number >= 1 (seconds)",
+        number(MIN_CYCLE_PERIOD_S, MAX_CYCLE_PERIOD_S, inclusive=True),
+        f"must be a number >= {MIN_CYCLE_PERIOD_S:g} and <= {MAX_CYCLE_PERIOD_S:g} (seconds)",
         DEFAULT_CYCLE_PERIOD_S,
     )
     host, port = r.get(
         top,
         "listen_address",
         "",
-        _listen,
+        listen_address,
         "must be HOST:PORT with a port in 1-65535",
         (DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT),
     )
@@ -93,7 +95,7 @@ def parse_config(data: Any) -> Config:
     prometheus = _prometheus(r, top.get("prometheus"))
     deployments = _deployments(r, top.get("deployments"), prometheus)
     if r.problems:
-        raise ConfigError(r.problems)
+        raise r.error()
     return Config(
         cycle_period_s=period,
         listen_host=host,
@@ -105,17 +107,25 @@ def parse_config(data: Any) -> Config:
     )
 
 
-def load_config(path: Path) -> Config:
-    """Read and validate a YAML file; ConfigError for an unreadable or invalid file."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the file ({exc.strerror})"]) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML ({exc})"]) from exc
-    return parse_config(data)
+def load_config(path: Path, *, resolve_hosts: bool = True) -> Config:
+    """Read and validate a YAML file: ConfigError listing every bad key, UnusableConfigError (one
+    line) for a file that cannot be read or parsed (see config_checks.read_yaml for its bounds)
+    and, with `resolve_hosts`, for a listen_address or prometheus.url host that does not exist:
+    the daemon could never serve or read, so it should not start."""
+    config = parse_config(read_yaml(path))
+    if resolve_hosts:
+        prometheus_url = None if config.prometheus is None else config.prometheus.url
+        problems = address_problems(config.listen_host, config.listen_port, prometheus_url)
+        if problems:
+            raise UnusableConfigError(problems)
+    return config
+
+
+def listen_problem(config: Config, exc: OSError) -> str:
+    """The line `run` prints when its HTTP server cannot listen on listen_address (the port is
+    in use, the address is not local, ...), instead of a traceback."""
+    reason = exc.strerror or str(exc)
+    return f"listen_address {config.listen_host}:{config.listen_port}: cannot listen ({reason})"
 
 
 def _prometheus(r: KeyReader, node: Any) -> PrometheusConfig | None:
@@ -142,6 +152,11 @@ def _deployments(
 ) -> list[DeploymentConfig]:
     if not isinstance(node, list) or not node:
         r.fail("deployments", "must be a non-empty list of deployments", node)
+        return []
+    if len(node) > MAX_DEPLOYMENTS:
+        r.problems.append(
+            f"deployments: must hold at most {MAX_DEPLOYMENTS} deployments, got {len(node)}"
+        )
         return []
     out: list[DeploymentConfig] = []
     seen: set[str] = set()
@@ -189,15 +204,22 @@ def _deployment(
     slo = _slo(r, m.get("slo"), f"{path}.slo")
     rep = r.mapping(m.get("replicas"), f"{path}.replicas", {"min", "max"})
     low = r.get(rep, "min", f"{path}.replicas", integer(1), "must be an integer >= 1", 1)
-    high = r.get(rep, "max", f"{path}.replicas", integer(1), "must be an integer >= 1", 10)
+    high = r.get(
+        rep,
+        "max",
+        f"{path}.replicas",
+        integer(1, MAX_REPLICAS),
+        f"must be an integer >= 1 and <= {MAX_REPLICAS}",
+        10,
+    )
     if high < low:
         r.fail(f"{path}.replicas.max", f"must be >= replicas.min ({low})", high)
     window = r.get(
         m,
         "scale_down_stabilization_s",
         path,
-        number(0.0, inclusive=True),
-        "must be a number >= 0 (seconds)",
+        number(0.0, MAX_STABILIZATION_S, inclusive=True),
+        f"must be a number >= 0 and <= {MAX_STABILIZATION_S:g} (seconds)",
         DEFAULT_STABILIZATION_S,
     )
     look_ahead = r.get(
@@ -209,31 +231,7 @@ def _deployment(
         0.0,
     )
     initial = _initial_params(r, m.get("initial_params"), f"{path}.initial_params")
-    tuner_node = r.mapping(m.get("tuner"), f"{path}.tuner", {"min_observations", "window"})
-    tuner = TunerConfig(
-        min_observations=r.get(
-            tuner_node,
-            "min_observations",
-            f"{path}.tuner",
-            integer(3),
-            "must be an integer >= 3 (three parameters)",
-            DEFAULT_MIN_OBSERVATIONS,
-        ),
-        window=r.get(
-            tuner_node,
-            "window",
-            f"{path}.tuner",
-            integer(3),
-            "must be an integer >= 3",
-            DEFAULT_WINDOW,
-        ),
-    )
-    if tuner.window < tuner.min_observations:
-        r.fail(
-            f"{path}.tuner.window",
-            f"must be >= tuner.min_observations ({tuner.min_observations})",
-            tuner.window,
-        )
+    tuner = _tuner(r, m.get("tuner"), f"{path}.tuner", server)
     options = _model_options(r, m.get("model"), f"{path}.model")
     if len(r.problems) > before or name is None or model_name is None or source is None:
         return None
@@ -304,17 +302,46 @@ def _source(
 
 def _server(r: KeyReader, node: Any, path: str) -> ServerConfig:
     m = r.mapping(node, path, {"max_num_seqs", "max_num_batched_tokens", "max_queue_size"})
-    seqs = r.get(m, "max_num_seqs", path, integer(1), "must be an integer >= 1", 256)
-    tokens = r.get(m, "max_num_batched_tokens", path, integer(1), "must be an integer >= 1", 8192)
+    seqs, tokens = (
+        r.get(m, key, path, integer(1, high), f"must be an integer >= 1 and <= {high}", default)
+        for key, high, default in (
+            ("max_num_seqs", MAX_NUM_SEQS, 256),
+            ("max_num_batched_tokens", MAX_NUM_BATCHED_TOKENS, 8192),
+        )
+    )
     queue = r.get(
         m,
         "max_queue_size",
         path,
-        integer(0),
-        "must be an integer >= 0 (omit it for vLLM's unbounded queue)",
+        integer(0, MAX_QUEUE_SIZE),
+        f"must be an integer >= 0 and <= {MAX_QUEUE_SIZE} (omit it for vLLM's unbounded queue)",
         None,
     )
     return ServerConfig(max_batch_size=seqs, max_num_batched_tokens=tokens, max_queue_size=queue)
+
+
+def _tuner(r: KeyReader, node: Any, path: str, server: ServerConfig) -> TunerConfig:
+    m = r.mapping(node, path, {"min_observations", "window"})
+    low, window = (
+        r.get(m, key, path, integer(3, MAX_TUNER_WINDOW), f"must be an integer {rule}", default)
+        for key, rule, default in (
+            (
+                "min_observations",
+                f">= 3 (three parameters) and <= {MAX_TUNER_WINDOW}",
+                DEFAULT_MIN_OBSERVATIONS,
+            ),
+            ("window", f">= 3 and <= {MAX_TUNER_WINDOW}", DEFAULT_WINDOW),
+        )
+    )
+    if window < low:
+        r.fail(f"{path}.window", f"must be >= tuner.min_observations ({low})", window)
+    cells = window * (server.max_batch_size + (server.max_queue_size or 0))
+    if cells > MAX_MODEL_CELLS:
+        r.problems.append(
+            f"{path}.window: times (server.max_num_seqs + server.max_queue_size) must be "
+            f"<= {MAX_MODEL_CELLS} (the size of a fit's model table), got {cells}"
+        )
+    return TunerConfig(min_observations=low, window=window)
 
 
 def _slo(r: KeyReader, node: Any, path: str) -> SloConfig:

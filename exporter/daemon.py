@@ -356,6 +356,7 @@ class Daemon:
         try:
             self._statefile.save(saved_state(self.runtimes))
         except OSError as exc:
+            self.metrics.state_save_errors.inc()
             logger.error("cannot save state to %s: %s", self._statefile.path, exc)
 
     def _restore(self) -> None:

@@ -67,25 +67,32 @@ def restore_state(
     saved: Mapping[str, Any], runtimes: Mapping[str, DeploymentRuntime], now_s: float
 ) -> None:
     """Restore each deployment found in `saved` at time `now_s` (s, the daemon's clock); an
-    unusable entry is logged and skipped."""
+    unusable entry is logged and skipped, whatever its shape."""
     entries = saved.get("deployments", {})
+    if not isinstance(entries, Mapping):
+        logger.error("saved state unusable (`deployments` is not a mapping), starting fresh")
+        return
     for name, rt in runtimes.items():
         entry = entries.get(name)
-        if not isinstance(entry, dict):
+        if entry is None:
+            continue  # a deployment added since the save
+        if not isinstance(entry, Mapping):
+            logger.error("%s: saved state unusable (not a mapping), starting fresh", name)
             continue
         try:
             tuner = Tuner.from_dict(entry["tuner"])
-            rt.tuner = (
-                tuner
-                if _same_settings(tuner, rt.tuner)
-                else new_tuner(rt.config, seed=tuner.params)
-            )
-            rt.recommender.restore(entry.get("recommender", {}), now_s)
             shape = entry.get("workload")
-            rt.workload = None if shape is None else Workload(*shape)
-        except (KeyError, TypeError, ValueError) as exc:
-            logger.error("%s: saved state unusable, starting fresh: %s", name, exc)
+            workload = None if shape is None else Workload(*shape)
+            rt.recommender.restore(entry.get("recommender", {}), now_s)
+        except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
+            # Any piece of the wrong shape or value; nothing is assigned before all of it parsed.
+            # The message can quote a whole saved window: cut it.
+            logger.error("%s: saved state unusable, starting fresh: %.200s", name, exc)
             continue
+        rt.tuner = (
+            tuner if _same_settings(tuner, rt.tuner) else new_tuner(rt.config, seed=tuner.params)
+        )
+        rt.workload = workload
         logger.info("%s: restored calibration %s", name, rt.params)
 
 

@@ -75,6 +75,11 @@ class OperationMetrics:
             ["event"],
             registry=registry,
         )
+        self.state_save_errors = Counter(
+            PREFIX + "state_save_errors",
+            "Failed writes of the state file (also counted once at start if it is not writable).",
+            registry=registry,
+        )
         for dep in deployments:
             for reason in FailureReason:
                 self.scrape_errors.labels(dep.name, dep.source.kind, reason)

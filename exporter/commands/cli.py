@@ -1,6 +1,8 @@
 """Command line: `vllm-sizer run|demo|plan|fit|simulate|emulate`.
 
-Each subcommand module exposes `register(subparsers)`, which sets the handler as `func`.
+Each subcommand module exposes `register(subparsers)`, which sets the handler as `func` and,
+for constraints between flags, a `check(args) -> str | None` returning the problem, reported
+like argparse's own errors.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     for module in (run, demo, plan, fit, simulate, emulate):
         module.register(sub)
     args = parser.parse_args(argv)
+    check = getattr(args, "check", None)
+    problem = None if check is None else check(args)
+    if problem is not None:
+        sub.choices[args.command].error(problem)  # exits 2, as for a bad flag value
     return int(args.func(args))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import SystemClock
+from exporter.commands.fleet_options import MAX_TIME_SCALE, int_flag, number_flag
 from exporter.commands.version import package_version
 from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon import Daemon
@@ -27,7 +29,7 @@ from exporter.exposition import BuildInfoCollector
 from exporter.reading.sources import ScrapeSource, SourceRead
 from exporter.server import SizerHTTPServer
 from model import ServerConfig, ServiceParams
-from model.simulation.workloads import LengthDist, LengthKind, RateProfile
+from model.simulation.workloads import PAPER_PROFILE_SEGMENTS, LengthDist, LengthKind, RateProfile
 
 TRUE_PARAMS = ServiceParams(6.68, 2.01e-2, 5.52e-5)  # paper Table I, Llama-3.1-8B on H100 (ms)
 NAME = "llama-demo"
@@ -37,6 +39,7 @@ SLO_ITL_MS = 25.0
 SLO = SloConfig(ttft_ms=SLO_TTFT_MS, itl_ms=SLO_ITL_MS)
 CYCLE_S = 30.0  # simulated seconds, as the paper's windows
 STARTUP_DELAY_S = 90.0  # simulated seconds until a new replica serves
+PROFILE_MINUTES = sum(minutes for minutes, _, _ in PAPER_PROFILE_SEGMENTS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,23 +79,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="the embedded demo: emulated vLLM fleet + real daemon")
     demo.add_argument(
         "--time-scale",
-        type=float,
+        type=number_flag(0.0, MAX_TIME_SCALE, low_inclusive=False),
         default=15.0,
         help="simulated seconds per wall second (default 15: 44 min in ~3 min)",
     )
     demo.add_argument(
         "--minutes",
-        type=float,
-        default=44.0,
-        help="simulated minutes of the paper's profile to run (default all 44)",
+        type=number_flag(CYCLE_S / 60.0, PROFILE_MINUTES),  # at least one cycle
+        default=PROFILE_MINUTES,
+        help=f"simulated minutes of the paper's profile to run (default all {PROFILE_MINUTES:g})",
     )
-    demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--seed", type=int_flag(0), default=1)
     demo.add_argument("--out", type=Path, default=Path("run"), help="where the PNG goes")
-    demo.add_argument("--port", type=int, default=0, help="daemon HTTP port (0 = any free)")
+    demo.add_argument(
+        "--port", type=int_flag(0, 65535), default=0, help="daemon HTTP port (0 = any free)"
+    )
     demo.set_defaults(func=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    try:  # before the run, not after minutes of it
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = f"argument --out: cannot create {args.out} ({exc.strerror})"
+        print(f"vllm-sizer demo: error: {problem}", file=sys.stderr)
+        return 2
     rng = np.random.default_rng(args.seed)
     profile = RateProfile.paper(BASE_RPS)
     duration_s = min(args.minutes * 60.0, profile.duration_s)
@@ -132,7 +143,12 @@ def run_demo(args: argparse.Namespace) -> int:
             fleet.sim_clock,
             wall_clock=SystemClock(),
         )
-        http = SizerHTTPServer("127.0.0.1", args.port, registry, daemon.ready, daemon.predict)
+        try:
+            http = SizerHTTPServer("127.0.0.1", args.port, registry, daemon.ready, daemon.predict)
+        except OSError as exc:  # the port is taken
+            problem = f"argument --port: cannot listen on 127.0.0.1:{args.port} ({exc.strerror})"
+            print(f"vllm-sizer demo: error: {problem}", file=sys.stderr)
+            return 2
         http.start()
         print(
             f"vllm-sizer demo: {duration_s / 60:.0f} simulated minutes at {args.time_scale:g}x, "
@@ -159,7 +175,6 @@ def run_demo(args: argparse.Namespace) -> int:
         finally:
             http.stop()
     print(_summary(rows, fleet))
-    args.out.mkdir(parents=True, exist_ok=True)
     png = args.out / "demo.png"
     plot_run(rows, png, profile)
     print(f"\nwrote {png}")

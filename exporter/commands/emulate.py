@@ -10,12 +10,21 @@ import time
 
 import numpy as np
 
-from exporter.commands.fleet_options import add_fleet_options, parse_fleet_options
+from exporter.commands.fleet_options import (
+    MAX_DURATION_S,
+    MAX_RATE_RPS,
+    MAX_TIME_SCALE,
+    add_fleet_options,
+    int_flag,
+    number_flag,
+    parse_fleet_options,
+)
 from exporter.emulation.emulator import DEFAULT_KV_CAPACITY_TOKENS, EmulatedFleet
 from model.simulation.simulator import Router
 from model.simulation.workloads import RateProfile
 
 STATUS_PERIOD_S = 10.0
+MAX_STARTUP_DELAY_S = 3600.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,13 +32,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     emu = subparsers.add_parser("emulate", help="serve emulated vLLM replicas on 127.0.0.1",
                                 description=_run_emulate.__doc__)
     add_fleet_options(emu)
-    emu.add_argument("--rate-rps", type=float, default=5.0, help="Poisson arrival rate, req/s")
-    emu.add_argument("--time-scale", type=float, default=1.0, help="simulated s per wall s")
-    emu.add_argument("--startup-delay-s", type=float, default=0.0, help="new replica start, s")
-    emu.add_argument("--base-port", type=int, help="replica i listens on BASE+i (default: any)")
+    emu.add_argument("--rate-rps", type=number_flag(0.0, MAX_RATE_RPS), default=5.0,
+                     help="Poisson arrival rate, req/s")
+    emu.add_argument("--time-scale", type=number_flag(0.0, MAX_TIME_SCALE, low_inclusive=False),
+                     default=1.0, help="simulated s per wall s")
+    emu.add_argument("--startup-delay-s", type=number_flag(0.0, MAX_STARTUP_DELAY_S),
+                     default=0.0, help="new replica start, s")
+    emu.add_argument("--base-port", type=int_flag(1, 65535),
+                     help="replica i listens on BASE+i (default: any)")
     emu.add_argument("--model-name", default="emulated", help="the model_name label")
-    emu.add_argument("--duration-s", type=float, default=0.0, help="wall s to run (0: forever)")
-    emu.set_defaults(func=_run_emulate)
+    emu.add_argument("--duration-s", type=number_flag(0.0, MAX_DURATION_S), default=0.0,
+                     help="wall s to run (0: forever)")
+    emu.set_defaults(func=_run_emulate, check=_check_emulate)
+
+
+def _check_emulate(args: argparse.Namespace) -> str | None:
+    if args.base_port is not None and args.base_port + args.replicas - 1 > 65535:
+        return (f"argument --base-port: must be <= {65536 - args.replicas} for "
+                f"{args.replicas} replicas, got {args.base_port}")
+    return None
 
 
 def _run_emulate(args: argparse.Namespace) -> int:

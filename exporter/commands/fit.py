@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from exporter.commands.fleet_options import input_file, int_flag, output_file
+from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from model import Observation, ServerConfig, ServiceParams, fit
 from model.queueing.analyzer import analyze_points
 
@@ -27,14 +29,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fit_cmd = sub.add_parser("fit", help="fit alpha, beta, gamma to a CSV of measured points")
     fit_cmd.add_argument(
         "--csv",
-        type=Path,
+        type=input_file,
         required=True,
         help="columns rate_rps (per replica), avg_input_tokens, "
         "avg_output_tokens, ttft_ms, itl_ms (avg_in_tokens/avg_out_tokens too)",
     )
-    fit_cmd.add_argument("--max-num-seqs", type=int, default=256)
-    fit_cmd.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    fit_cmd.add_argument("--png", type=Path, help="write a predicted-vs-measured plot here")
+    fit_cmd.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256)
+    fit_cmd.add_argument(
+        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192
+    )
+    fit_cmd.add_argument("--png", type=output_file, help="write a predicted-vs-measured plot here")
     fit_cmd.set_defaults(func=run_fit)
 
 

@@ -1,9 +1,20 @@
-"""Options shared by `simulate` and `emulate`: the replicas' parameters, server and workload."""
+"""Flag value types of every subcommand, and the options `simulate` and `emulate` share: the
+replicas' parameters, server and workload.
+
+A bad value is refused while parsing, so argparse reports it the usual way, naming the flag
+(`vllm-sizer emulate: error: argument --rate-rps: must be ...`, exit code 2); the bounds keep
+every run finite in memory and time.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
 
+from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_QUEUE_SIZE
 from model.queueing.params import ServerConfig, ServiceParams
 from model.simulation.simulator import Router
 from model.simulation.workloads import LengthDist, LengthKind
@@ -11,27 +22,103 @@ from model.simulation.workloads import LengthDist, LengthKind
 # Paper Table I, Llama-3.1-8B on H100 (ms).
 DEFAULT_PARAMS = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)
 
+MAX_PARAM_MS = 1e6  # alpha, beta, gamma: far above any GPU's, still finite through the model
+MAX_TARGET_MS = 1e7  # an SLO target of hours
+MAX_TOKENS = 1 << 20  # a mean prompt or output of a million tokens
+MAX_CV = 10.0
+MAX_RATE_RPS = 10_000.0  # per load of one run (simulate, emulate)
+MAX_TOTAL_RPS = 1e6  # a whole fleet's load (plan --load)
+MAX_REPLICAS = 1_000  # simulated or emulated; each emulated one serves its own port
+MAX_DURATION_S = 1e6  # simulated or wall seconds of one run
+MAX_TIME_SCALE = 1_000.0  # simulated seconds per wall second an emulator keeps up with
+MAX_KV_TOKENS = 10**9
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def number_flag(low: float, high: float, *, low_inclusive: bool = True) -> Callable[[str], float]:
+    """An argparse `type`: a finite number in [low, high] (low excluded unless `low_inclusive`)."""
+    rule = f"{'>=' if low_inclusive else '>'} {low:g} and <= {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan  # not a number: refused below, in the same words
+        inside = value >= low if low_inclusive else value > low
+        if not (math.isfinite(value) and inside and value <= high):
+            raise argparse.ArgumentTypeError(f"must be a number {rule}, got {_shown(text)}")
+        return value
+
+    return parse
+
+
+def int_flag(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse `type`: an integer in [low, high] (no upper bound when `high` is None)."""
+    rule = f">= {low}" + ("" if high is None else f" and <= {high}")
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1  # not an integer: refused below, in the same words
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be an integer {rule}, got {_shown(text)}")
+        return value
+
+    return parse
+
+
+def output_file(text: str) -> Path:
+    """An argparse `type`: a file to write, in an existing writable directory (checked before
+    a run that may take minutes, not after it)."""
+    path = Path(text)
+    parent = path.parent
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is a directory")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in directory {_shown(str(parent))}")
+    return path
+
+
+def input_file(text: str) -> Path:
+    """An argparse `type`: an existing, readable file."""
+    path = Path(text)
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a readable file")
+    return path
+
 
 def add_fleet_options(p: argparse.ArgumentParser) -> None:
     """Add the options for the replicas' parameters, server, workload and routing."""
-    p.add_argument("--alpha-ms", type=float, default=DEFAULT_PARAMS.alpha_ms)
-    p.add_argument("--beta-ms", type=float, default=DEFAULT_PARAMS.beta_ms)
-    p.add_argument("--gamma-ms", type=float, default=DEFAULT_PARAMS.gamma_ms)
-    p.add_argument("--max-batch-size", type=int, default=256, help="vLLM max_num_seqs")
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--max-queue-size", type=int, help="reject arrivals beyond this queue")
-    p.add_argument("--input-tokens", type=float, default=1024.0, help="mean prompt length")
-    p.add_argument("--output-tokens", type=float, default=512.0, help="mean output length")
+    param = number_flag(0.0, MAX_PARAM_MS, low_inclusive=False)
+    tokens = number_flag(1.0, MAX_TOKENS)
+    cv = number_flag(0.0, MAX_CV)
+    p.add_argument("--alpha-ms", type=param, default=DEFAULT_PARAMS.alpha_ms)
+    p.add_argument("--beta-ms", type=param, default=DEFAULT_PARAMS.beta_ms)
+    p.add_argument("--gamma-ms", type=param, default=DEFAULT_PARAMS.gamma_ms)
+    p.add_argument("--max-batch-size", type=int_flag(1, MAX_NUM_SEQS), default=256,
+                   help="vLLM max_num_seqs")
+    p.add_argument("--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS),
+                   default=8192)
+    p.add_argument("--max-queue-size", type=int_flag(0, MAX_QUEUE_SIZE),
+                   help="reject arrivals beyond this queue")
+    p.add_argument("--input-tokens", type=tokens, default=1024.0, help="mean prompt length")
+    p.add_argument("--output-tokens", type=tokens, default=512.0, help="mean output length")
     p.add_argument("--lengths", choices=[k.value for k in LengthKind if k != LengthKind.EMPIRICAL],
                    default=LengthKind.UNIFORM.value, help="length law (uniform: [x/2, 3x/2])")
-    p.add_argument("--length-cv", type=float, default=0.5, help="CV of the lognormal law")
-    p.add_argument("--interarrival-cv", type=float, default=1.0, help="0 constant, 1 Poisson")
-    p.add_argument("--paper-profile", type=float, metavar="BASE_RPS",
+    p.add_argument("--length-cv", type=cv, default=0.5, help="CV of the lognormal law")
+    p.add_argument("--interarrival-cv", type=cv, default=1.0, help="0 constant, 1 Poisson")
+    p.add_argument("--paper-profile", type=number_flag(0.0, MAX_RATE_RPS, low_inclusive=False),
+                   metavar="BASE_RPS",
                    help="the paper's 44-minute ramp (Table IV) from this baseline instead")
-    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--replicas", type=int_flag(1, MAX_REPLICAS), default=1)
     p.add_argument("--router", choices=[r.value for r in Router], default=Router.LEAST_LOADED.value)
-    p.add_argument("--kv-capacity-tokens", type=int, help="KV cache per replica, tokens")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-capacity-tokens", type=int_flag(1, MAX_KV_TOKENS),
+                   help="KV cache per replica, tokens")
+    p.add_argument("--seed", type=int_flag(0), default=0)
 
 
 def parse_fleet_options(

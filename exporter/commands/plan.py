@@ -8,6 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
+from exporter.commands.fleet_options import (
+    MAX_PARAM_MS,
+    MAX_TARGET_MS,
+    MAX_TOKENS,
+    MAX_TOTAL_RPS,
+    int_flag,
+    number_flag,
+    output_file,
+)
+from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from model import (
     ServerConfig,
     ServiceParams,
@@ -16,6 +26,7 @@ from model import (
     max_rate_for_slo,
     replicas_for_slo,
 )
+from model.queueing.analyzer import MAX_RATE_FRACTION
 
 # Paper Table I (H100, ms): presets for --model.
 PRESETS = {
@@ -27,26 +38,40 @@ PRESETS = {
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `plan` subcommand."""
     plan = sub.add_parser("plan", help="latency vs load and replicas needed, for given parameters")
+    param = number_flag(0.0, MAX_PARAM_MS, low_inclusive=False)
+    target = number_flag(0.0, MAX_TARGET_MS, low_inclusive=False)
     plan.add_argument("--model", choices=sorted(PRESETS), default="llama-3.1-8b-h100")
-    plan.add_argument("--alpha-ms", type=float, help="overrides the preset")
-    plan.add_argument("--beta-ms", type=float)
-    plan.add_argument("--gamma-ms", type=float)
-    plan.add_argument("--input-tokens", type=float, default=1024.0)
-    plan.add_argument("--output-tokens", type=float, default=512.0)
-    plan.add_argument("--max-num-seqs", type=int, default=256)
-    plan.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    plan.add_argument("--ttft-ms", type=float, help="TTFT target")
-    plan.add_argument("--itl-ms", type=float, help="ITL target")
+    plan.add_argument("--alpha-ms", type=param, help="overrides the preset")
+    plan.add_argument("--beta-ms", type=param)
+    plan.add_argument("--gamma-ms", type=param)
+    plan.add_argument("--input-tokens", type=number_flag(0.0, MAX_TOKENS), default=1024.0)
+    plan.add_argument("--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0)
+    plan.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256)
+    plan.add_argument(
+        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192
+    )
+    plan.add_argument(
+        "--ttft-ms", type=target, help="TTFT target (without targets: size to saturation)"
+    )
+    plan.add_argument("--itl-ms", type=target, help="ITL target")
     plan.add_argument(
         "--load",
-        type=float,
+        type=number_flag(0.0, MAX_TOTAL_RPS),
         nargs=2,
         metavar=("MIN_RPS", "MAX_RPS"),
         help="total load range for the replica table (default: 0.5x to 4x one "
         "replica's SLO capacity)",
     )
-    plan.add_argument("--png", type=Path, help="write latency-vs-load and replicas curves here")
-    plan.set_defaults(func=run_plan)
+    plan.add_argument(
+        "--png", type=output_file, help="write latency-vs-load and replicas curves here"
+    )
+    plan.set_defaults(func=run_plan, check=_check_plan)
+
+
+def _check_plan(args: argparse.Namespace) -> str | None:
+    if args.load is not None and args.load[0] > args.load[1]:
+        return f"argument --load: MIN_RPS must be <= MAX_RPS, got {args.load[0]:g} {args.load[1]:g}"
+    return None
 
 
 def _params(args: argparse.Namespace) -> ServiceParams:
@@ -73,10 +98,18 @@ def run_plan(args: argparse.Namespace) -> int:
         f"{workload.avg_output_tokens:g} out; B={server.max_batch_size} "
         f"M={server.max_num_batched_tokens}"
     )
-    print(
-        f"one replica: saturates at {capacity.max_rate_rps / 0.999:.4g} req/s; "
-        f"SLO capacity {capacity.rate_rps:.4g} req/s ({capacity.binding}: {capacity.message})"
-    )
+    saturation = capacity.max_rate_rps / MAX_RATE_FRACTION
+    if args.ttft_ms is None and args.itl_ms is None:
+        print(
+            f"one replica: saturates at {saturation:.4g} req/s; no --ttft-ms or --itl-ms given, "
+            f"so sized to saturation capacity: {capacity.rate_rps:.4g} req/s "
+            f"({MAX_RATE_FRACTION:.1%} of saturation; latency is not bounded)"
+        )
+    else:
+        print(
+            f"one replica: saturates at {saturation:.4g} req/s; SLO capacity "
+            f"{capacity.rate_rps:.4g} req/s ({capacity.binding}: {capacity.message})"
+        )
     rates = np.linspace(0.0, capacity.max_rate_rps, 11)[1:]
     curve = analyze(params, server, workload, rates)
     print("\nper replica: rate req/s | TTFT ms | ITL ms | batch | wait ms")

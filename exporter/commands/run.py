@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.clock import Clock, SystemClock
 from exporter.commands.version import package_version
-from exporter.config_loader import load_config
+from exporter.config_loader import listen_problem, load_config
 from exporter.daemon import Daemon, build_sources
 from exporter.errors import ConfigError
 from exporter.exposition import BuildInfoCollector
@@ -66,6 +66,10 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
     daemon = Daemon(config, build_sources(config, clock), registry, clock, statefile)
+    unwritable = None if statefile is None else statefile.check_writable()
+    if unwritable is not None:
+        logger.error("state file %s cannot be written: %s", config.state_file, unwritable)
+        daemon.metrics.state_save_errors.inc()
 
     def on_skipped(count: int) -> None:
         daemon.metrics.cycles_skipped.labels(SkippedEvent.MISSED).inc(count)
@@ -74,14 +78,19 @@ def run_daemon(args: argparse.Namespace) -> int:
     scheduler = PeriodicScheduler(
         daemon.run_cycle, config.cycle_period_s, clock=clock, on_skipped=on_skipped
     )
-    server = SizerHTTPServer(
-        config.listen_host,
-        config.listen_port,
-        registry,
-        daemon.ready,
-        daemon.predict,
-        live=scheduler.alive,
-    )
+    try:
+        server = SizerHTTPServer(
+            config.listen_host,
+            config.listen_port,
+            registry,
+            daemon.ready,
+            daemon.predict,
+            live=scheduler.alive,
+        )
+    except OSError as exc:  # port in use, address not local, ...
+        print(f"vllm-sizer: {listen_problem(config, exc)}", file=sys.stderr)
+        daemon.close()
+        return 2
     server.start()
     logger.info(
         "listening on %s:%d, %d deployment(s), cycle every %gs",

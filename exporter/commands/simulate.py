@@ -13,11 +13,23 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from exporter.commands.fleet_options import add_fleet_options, parse_fleet_options
+from exporter.commands.fleet_options import (
+    MAX_DURATION_S,
+    MAX_RATE_RPS,
+    add_fleet_options,
+    input_file,
+    number_flag,
+    output_file,
+    parse_fleet_options,
+)
 from model.simulation.simulator import Router, Simulator
 from model.simulation.workloads import LengthDist, RateProfile, RequestTrace, draw_trace
 
 PERCENTILES = (50, 90, 99)
+# Expected requests, and prefill iterations, of one load: a million take about a minute and a
+# few hundred MiB.
+MAX_WORK = 1_000_000
+MAX_RATES = 100
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,13 +55,47 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim = subparsers.add_parser("simulate", help="simulate vLLM replicas under a load",
                                 description=_run_simulate.__doc__)
     add_fleet_options(sim)
-    sim.add_argument("--rates", default="1,2,4,8", help="comma-separated Poisson rates, req/s")
-    sim.add_argument("--duration-s", type=float, default=600.0, help="arrivals per rate, s")
-    sim.add_argument("--warmup-s", type=float, default=60.0, help="arrivals ignored at start, s")
-    sim.add_argument("--csv", type=Path, help="write the table as CSV here")
-    sim.add_argument("--trace", type=Path,
+    sim.add_argument("--rates", type=_rates, default="1,2,4,8",
+                     help="comma-separated Poisson rates, req/s")
+    sim.add_argument("--duration-s", type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
+                     default=600.0, help="arrivals per rate, s")
+    sim.add_argument("--warmup-s", type=number_flag(0.0, MAX_DURATION_S), default=60.0,
+                     help="arrivals ignored at start, s")
+    sim.add_argument("--csv", type=output_file, help="write the table as CSV here")
+    sim.add_argument("--trace", type=input_file,
                      help="replay requests from a CSV (arrival_s, input_tokens, output_tokens)")
-    sim.set_defaults(func=_run_simulate)
+    sim.set_defaults(func=_run_simulate, check=_check_simulate)
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    """--rates: up to MAX_RATES comma-separated rates in (0, MAX_RATE_RPS]."""
+    rate = number_flag(0.0, MAX_RATE_RPS, low_inclusive=False)
+    rates = tuple(rate(x) for x in text.split(",") if x.strip())
+    if not rates or len(rates) > MAX_RATES:
+        raise argparse.ArgumentTypeError(f"must list 1 to {MAX_RATES} rates, got {len(rates)}")
+    return rates
+
+
+def _check_simulate(args: argparse.Namespace) -> str | None:
+    """Flags that bound each other: warm-up within the duration, and the work of one load (its
+    expected requests, and the prefill iterations of their prompts)."""
+    if args.trace is not None:
+        return None
+    if args.paper_profile is not None:
+        profile = RateProfile.paper(args.paper_profile)
+        requests, flag = float(profile.cumulative(profile.duration_s)), "--paper-profile"
+    elif args.warmup_s >= args.duration_s:
+        return (f"argument --warmup-s: must be < --duration-s ({args.duration_s:g}), "
+                f"got {args.warmup_s:g}")
+    else:
+        requests, flag = max(args.rates) * args.duration_s, "--duration-s"
+    if requests > MAX_WORK:
+        return f"argument {flag}: a load draws {requests:.3g} requests, more than {MAX_WORK}"
+    chunks = math.ceil(args.input_tokens / args.max_num_batched_tokens)
+    if requests * chunks > MAX_WORK:
+        return (f"argument --max-num-batched-tokens: a mean prompt takes {chunks} prefill "
+                f"iterations at this budget; {requests:.3g} requests take more than {MAX_WORK}")
+    return None
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
@@ -102,7 +148,7 @@ def _loads(
                            cv=args.interarrival_cv)
         return [("paper-profile", trace, 0.0)]
     out = []
-    for rate in (float(x) for x in str(args.rates).split(",") if x.strip()):
+    for rate in args.rates:
         profile = RateProfile.constant(rate, args.duration_s)
         trace = draw_trace(profile, n_in, n_out, np.random.default_rng(args.seed),
                            duration_s=args.duration_s, cv=args.interarrival_cv)

@@ -56,6 +56,7 @@ HEALTH_METRICS = DEPLOYMENT_COUNTERS | frozenset(
         "vllm_sizer_last_successful_cycle_timestamp_seconds",
         "vllm_sizer_cycles_total",
         "vllm_sizer_cycles_skipped_total",
+        "vllm_sizer_state_save_errors_total",
         "vllm_sizer_build_info",
     }
 )

@@ -141,6 +141,9 @@ class StubCollector:
         for event in SkippedEvent:
             skipped.add_metric([event.value], 0)
         yield skipped
+        save_errors = CounterMetricFamily(PREFIX + "state_save_errors", "state file")
+        save_errors.add_metric([], 0)
+        yield save_errors
         duration = GaugeMetricFamily(PREFIX + "cycle_duration_seconds", "last cycle")
         duration.add_metric([], v.cycle_duration_s)
         yield duration

@@ -27,7 +27,8 @@ def minimal(**overrides: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", ["example.yaml", "sidecar.yaml"])
 def test_shipped_configs_load(name: str) -> None:
-    config = load_config(REPO / "config" / name)
+    # Their hosts are cluster names: resolving them is for the daemon at startup, not here.
+    config = load_config(REPO / "config" / name, resolve_hosts=False)
     assert config.deployments and config.deployments[0].name == "llama-8b-vllm"
 
 
@@ -49,7 +50,7 @@ def test_defaults() -> None:
 
 
 BAD = [
-    ({"cycle_period_s": 0}, r"cycle_period_s: must be a number >= 1 \(seconds\), got 0"),
+    ({"cycle_period_s": 0}, r"cycle_period_s: must be a number >= 1 and <= 3600 \(s.*got 0"),
     ({"listen_address": "9464"}, r"listen_address: must be HOST:PORT.*got '9464'"),
     ({"log_level": "loud"}, r"log_level: must be one of debug, info.*got 'loud'"),
     ({"colour": "blue"}, r"colour: unknown key \(allowed: .*\), got 'blue'"),
@@ -63,7 +64,7 @@ BAD_DEPLOYMENT = [
     ({"slo": {"itl": 50}}, r"deployments\[0\].slo.itl: unknown key \(allowed: itl_ms, ttft_ms\)"),
     ({"replicas": {"min": 4, "max": 2}}, r"deployments\[0\].replicas.max: must be >= replicas.min"),
     ({"replicas": {"min": 0}}, r"deployments\[0\].replicas.min: must be an integer >= 1, got 0"),
-    ({"server": {"max_num_seqs": 2.5}}, r"server.max_num_seqs: must be an integer >= 1, got 2.5"),
+    ({"server": {"max_num_seqs": 2.5}}, r"server.max_num_seqs: must be an integer >= 1 .*got 2.5"),
     ({"server": {"max_queue_size": -1}}, r"server.max_queue_size: must be an integer >= 0"),
     ({"source": {}}, r"deployments\[0\].source: must set exactly one of scrape_urls"),
     ({"source": {"scrape_urls": ["localhost:8000"]}}, r"source.scrape_urls: must be a non-empty"),
@@ -75,7 +76,7 @@ BAD_DEPLOYMENT = [
         {"initial_params": {"alpha_ms": 6.0, "beta_ms": 0}},
         r"initial_params.beta_ms: a number > 0 \(ms\), got 0",
     ),
-    ({"tuner": {"window": 2}}, r"deployments\[0\].tuner.window: must be an integer >= 3, got 2"),
+    ({"tuner": {"window": 2}}, r"deployments\[0\].tuner.window: must be an integer >= 3 .*got 2"),
     ({"scale_down_stabilization_s": "5m"}, r"scale_down_stabilization_s: must be a number >= 0"),
     ({"look_ahead_s": -1}, r"deployments\[0\].look_ahead_s: must be a number >= 0"),
     ({"model": {"variant": "fancy"}}, r"model.variant: must be one of paper, refined, got 'fancy'"),
