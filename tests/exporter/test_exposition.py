@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -14,8 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.clock import ManualClock
 from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon import Daemon
-from exporter.emulation.emulator import EmulatedFleet
-from exporter.errors import FailureReason, ScrapeError
+from exporter.errors import FailureReason
 from exporter.exposition import (
     CycleSnapshot,
     DeploymentStatus,
@@ -24,7 +21,6 @@ from exporter.exposition import (
 )
 from exporter.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
-from exporter.reading.sources import ScrapeSource, SourceRead
 from exporter.recommender import (
     MAX_HEADROOM_RATIO,
     Decision,
@@ -33,7 +29,7 @@ from exporter.recommender import (
     slo_headroom_ratio,
 )
 from model import ServerConfig, ServiceParams, TunerReason, TunerState
-from model.simulation.workloads import LengthDist, LengthKind
+from tests.exporter.test_daemon import FleetSource, fleet  # noqa: F401  (fixture)
 
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 KEY = {"deployment": "llama", "model_name": "llama"}
@@ -153,32 +149,6 @@ def test_saturated_by_the_model_or_by_the_observed_backlog() -> None:
 # -- through the daemon ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fleet() -> Iterator[tuple[EmulatedFleet, ManualClock]]:
-    clock = ManualClock()
-    emulated = EmulatedFleet(
-        LLAMA, ServerConfig(), rng=np.random.default_rng(5), arrivals=4.0,
-        input_lengths=LengthDist(LengthKind.UNIFORM, 512),
-        output_lengths=LengthDist(LengthKind.UNIFORM, 128),
-        model_name="llama", replicas=2, clock=clock,
-    )  # fmt: skip
-    emulated.start(background=False)
-    yield emulated, clock
-    emulated.stop()
-
-
-class Source:
-    def __init__(self, fleet: EmulatedFleet) -> None:
-        self.fleet, self.down = fleet, False
-
-    def read(self) -> SourceRead:
-        if self.down:
-            raise ScrapeError("http://127.0.0.1:1/metrics", "refused", reason=FailureReason.TIMEOUT)
-        return ScrapeSource(
-            clock=self.fleet.sim_clock, urls=self.fleet.urls, model_name="llama"
-        ).read()
-
-
 def config(source: SourceConfig) -> Config:
     dep = DeploymentConfig(
         name="llama", model_name="llama", source=source, server=ServerConfig(),
@@ -198,7 +168,7 @@ def test_every_error_label_exists_at_zero_before_the_first_cycle(
     source: SourceConfig, kind: str
 ) -> None:
     registry = CollectorRegistry()
-    Daemon(config(source), {"llama": Source.__new__(Source)}, registry, ManualClock())
+    Daemon(config(source), {"llama": FleetSource.__new__(FleetSource)}, registry, ManualClock())
     for reason in FailureReason:
         labels = {"deployment": "llama", "source": kind, "reason": reason.value}
         assert registry.get_sample_value("vllm_sizer_scrape_errors_total", labels) == 0.0, reason
@@ -212,10 +182,10 @@ def test_every_error_label_exists_at_zero_before_the_first_cycle(
         assert registry.get_sample_value("vllm_sizer_cycles_skipped_total", labels) == 0.0
 
 
-def test_cycles_fill_the_duration_histogram_and_the_source_gauges(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_cycles_fill_the_duration_histogram_and_the_source_gauges(fleet) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     emulated, clock = fleet
     registry = CollectorRegistry()
-    source = Source(emulated)
+    source = FleetSource(emulated)
     wall = ManualClock(1.7e9)
     daemon = Daemon(
         config(SourceConfig(scrape_urls=("http://x:1/",))), {"llama": source}, registry,
@@ -238,7 +208,7 @@ def test_cycles_fill_the_duration_histogram_and_the_source_gauges(fleet) -> None
     daemon.run_cycle()
     assert registry.get_sample_value("vllm_sizer_source_up", KEY) == 0.0
     assert registry.get_sample_value("vllm_sizer_pods_observed", KEY) == 0.0
-    labels = {"deployment": "llama", "source": "scrape", "reason": "timeout"}
+    labels = {"deployment": "llama", "source": "scrape", "reason": "connection"}
     assert registry.get_sample_value("vllm_sizer_scrape_errors_total", labels) == 1.0
     failed = registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": "failed"})
     assert failed is not None and failed_before is not None and failed == failed_before + 1
