@@ -61,3 +61,9 @@ validate-vllm: venv prometheus
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# The container image built without a Docker daemon (Debian's buildah) and smoke-tested: user,
+# /healthz, HEALTHCHECK, no test packages, size (.ci/image-check; work dir IMAGE_WORKDIR).
+.PHONY: image
+image:
+	bash .ci/image-check
