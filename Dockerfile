@@ -1,5 +1,5 @@
 # vllm-sizer image: the daemon only (runtime dependencies, no test or plot extras), as a non-root user.
-# Build: docker build -t vllm-sizer:0.1.0 .    Run: docker run -v ./config:/etc/vllm-sizer vllm-sizer:0.1.0
+# Build: docker build -t vllm-sizer:0.1.0 .    Run: docker run -v ./config:/etc/vllm-sizer vllm-sizer:0.1.0 --config /etc/vllm-sizer/example.yaml
 
 # Build stage: a virtual environment with the package and its runtime dependencies only.
 FROM python:3.11-slim-bookworm AS build
