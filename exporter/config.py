@@ -48,10 +48,12 @@ class PrometheusConfig:
 
 
 class SourceKind(StrEnum):
-    """How a deployment's vLLM metrics are read; exported label values."""
+    """What a read was of: how a deployment's vLLM metrics are read, or its demand query;
+    exported label values."""
 
     SCRAPE = "scrape"  # the pods' /metrics, directly
     PROMETHEUS = "prometheus"  # vLLM's series in a Prometheus server
+    DEMAND = "demand"  # the scale_from_zero demand query (errors only: never a deployment's source)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

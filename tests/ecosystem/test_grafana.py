@@ -163,7 +163,8 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     enums = {collector.PREFIX + spec.name for spec in collector.ENUM_GAUGES}
     families = list(collector.SnapshotCollector().describe())
     names = {m.name for m in families}
-    assert gauges | enums | {collector.PREFIX + "fit_error_ratio"} == names
+    labelled = {collector.PREFIX + "fit_error_ratio", collector.PREFIX + "demand"}
+    assert gauges | enums | labelled == names
     assert {m.type for m in families} == {"gauge"}
     assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"
 
@@ -189,6 +190,7 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     from prometheus_client import CollectorRegistry
 
     import exporter.daemon as daemon
+    import exporter.sources_from_config as sources_from_config
     from exporter.clock import ManualClock
     from exporter.config_loader import parse_config
     from exporter.exposition import BuildInfoCollector
@@ -202,7 +204,7 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     config = parse_config({"deployments": [dep]})
     clock = ManualClock(0.0)
     registry = CollectorRegistry()
-    daemon.Daemon(config, daemon.build_sources(config, clock), registry, clock)
+    daemon.Daemon(config, sources_from_config.build_sources(config, clock), registry, clock)
     registry.register(BuildInfoCollector("0.0.0"))
     suffixes = {
         "counter": ("_total",),
