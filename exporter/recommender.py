@@ -162,9 +162,7 @@ class Recommender:
         decision = self._decide(now_s, observation, params, workload, bias)
         if self._gate is not None:
             pods = pods_state(observation)
-            verdict = self._gate.judge(
-                now_s, pods, demand, recommending=decision.desired_replicas is not None
-            )
+            verdict = self._gate.judge(now_s, pods, demand)
             decision = self._gated(now_s, verdict, decision, pods, demand, params, workload, bias)
         self.last = decision
         return decision

@@ -66,13 +66,10 @@ class ZeroGate:
         self.at_zero = False
         self.idle_since_s: float | None = None
 
-    def judge(
-        self, now_s: float, pods: PodsState, demand: float | None, *, recommending: bool
-    ) -> Verdict:
-        """The verdict at wall time now_s (s); `demand` None = the read failed; `recommending`
-        = the serving decision has a count to publish."""
-        if pods is PodsState.NONE and not recommending:
-            self.at_zero = True  # no pod and no count standing (a first start): 0 is the count
+    def judge(self, now_s: float, pods: PodsState, demand: float | None) -> Verdict:
+        """The verdict at wall time now_s (s); `demand` None = the read failed. Every 0 comes
+        through a full idle count, even at a first start without pods (Prometheus may not have
+        scraped them yet), unless 0 stood before a restart."""
         # Nothing can run: no pod, or 0 stands and the source is down (it was empty before).
         empty = pods is PodsState.NONE or (pods is PodsState.UNREAD and self.at_zero)
         # Pods that run or cannot be judged: neither 0 nor a count towards it.

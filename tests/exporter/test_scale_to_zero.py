@@ -167,15 +167,20 @@ def test_demand_at_zero_is_sized_from_the_kept_calibration_in_one_cycle() -> Non
 )
 def test_from_zero_count(kind: DemandKind, demand: float, params: bool, want: int) -> None:
     run = Cycles(Recommender(zero_deployment(kind, max_replicas=6)))
-    run.step(no_pods(), 0.0, params=params)  # a first start at zero
+    run.step(no_pods(), 0.0, params=params)  # a first start without pods
     decision = run.step(no_pods(), demand, params=params)
     assert (decision.desired_replicas, decision.reason) == (want, Reason.DEMAND_FROM_ZERO)
 
 
-def test_a_first_start_without_pods_or_demand_is_at_zero() -> None:
+def test_a_first_start_without_pods_counts_a_full_idle_s_before_zero() -> None:
+    # No pod seen may only mean that Prometheus has not scraped them yet.
     run = Cycles(Recommender(zero_deployment()))
-    decision = run.step(no_pods(), 0.0)
-    assert (decision.desired_replicas, decision.reason) == (0, Reason.SCALED_TO_ZERO)
+    assert run.step(no_pods(), None).desired_replicas is None  # unknown demand: nothing
+    decisions = [run.step(no_pods(), 0.0) for _ in range(5)]
+    assert [(d.desired_replicas, d.reason) for d in decisions] == [
+        *[(None, Reason.IDLE)] * 4,
+        (0, Reason.SCALED_TO_ZERO),
+    ]
 
 
 def test_at_zero_a_failed_demand_read_keeps_zero_and_source_down_keeps_it_too() -> None:

@@ -106,7 +106,7 @@ def test_the_daemon_counts_logs_once_and_holds_zero_while_the_query_fails(
             name="llama", model_name="m", server=ServerConfig(), slo=SloConfig(ttft_ms=60.0),
             source=SourceConfig(prometheus_selector='{namespace="x"}'), initial_params=LLAMA,
             min_replicas=0, max_replicas=4,
-            scale_from_zero=ScaleFromZeroConfig(demand_query=QUERY, idle_s=60.0),
+            scale_from_zero=ScaleFromZeroConfig(demand_query=QUERY, idle_s=10.0),
         )  # fmt: skip
         config = Config(
             cycle_period_s=5.0, prometheus=PrometheusConfig(base, timeout_s=1.0), deployments=(dep,)
@@ -126,7 +126,9 @@ def test_the_daemon_counts_logs_once_and_holds_zero_while_the_query_fails(
             return registry.get_sample_value("vllm_sizer_scrape_errors_total", labels)
 
         try:
-            assert cycle() == (0, Reason.SCALED_TO_ZERO)
+            # A first start without pods: a full idle_s of 0 demand before 0.
+            idle, to_zero = (None, Reason.IDLE), (0, Reason.SCALED_TO_ZERO)
+            assert [cycle() for _ in range(3)] == [idle, idle, to_zero]
             assert registry.get_sample_value(
                 "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
             ) == 0.0
