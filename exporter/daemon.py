@@ -201,7 +201,10 @@ class Daemon:
             now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), demand=demand
         )
         self._log(runtime, decision)
-        return obs.success
+        # At zero the demand is the observation: a read that found no pod and a demand read
+        # make a successful cycle (readiness, the KEDA query's freshness guard, the alerts).
+        empty = obs.status is ObservationStatus.NO_PODS and obs.ready_pods == 0
+        return obs.success or (empty and demand is not None)
 
     def _demand(self, runtime: DeploymentRuntime, reads: Reads | None) -> float | None:
         """This cycle's demand (None: no scale_from_zero, or the read failed: counted under

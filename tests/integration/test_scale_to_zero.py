@@ -243,6 +243,7 @@ def test_to_zero_after_idle_and_back_on_demand(stack: Stack) -> None:
         assert stack.fleet.urls == []
         assert [(c.desired, c.reason) for c in at_zero] == [(0, Reason.SCALED_TO_ZERO)] * 4
         assert at_zero[-1].status.pods_observed == 0
+        assert daemon.ready()  # reading no pod and the demand is a working cycle at zero
         assert daemon.runtimes[DEPLOYMENT].params == calibration
         assert tuner_window(daemon) == window
         # A restart at zero: the state file says 0 stands, with the same calibration.

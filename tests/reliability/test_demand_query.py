@@ -129,6 +129,10 @@ def test_the_daemon_counts_logs_once_and_holds_zero_while_the_query_fails(
             # A first start without pods: a full idle_s of 0 demand before 0.
             idle, to_zero = (None, Reason.IDLE), (0, Reason.SCALED_TO_ZERO)
             assert [cycle() for _ in range(3)] == [idle, idle, to_zero]
+            # No pod, but the demand was read: the cycles succeeded (readiness, KEDA's freshness
+            # guard and the alerts see a working sizer at zero).
+            assert registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": "ok"}) == 3
+            assert daemon.ready()
             assert registry.get_sample_value(
                 "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
             ) == 0.0
@@ -141,6 +145,9 @@ def test_the_daemon_counts_logs_once_and_holds_zero_while_the_query_fails(
             server.fault = Fault.HANG
             assert cycle() == (0, Reason.DEMAND_UNKNOWN)
             assert errors(FailureReason.TIMEOUT) == 1.0
+            # Nothing observed since the demand failed: those cycles failed.
+            failed = registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": "failed"})
+            assert failed == len(BAD_ANSWERS) + 1
             assert registry.get_sample_value(
                 "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
             ) is None  # unknown: omitted, never 0
