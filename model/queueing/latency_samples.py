@@ -1,0 +1,292 @@
+"""Latencies at fixed sample points, from the chain's occupancy distribution. Percentiles §3.
+
+One assembly for both variants: the state table (paper or refined work terms) supplies alpha,
+the decode work d = W_dec / m of one request per iteration and the chain; `ModelOptions`
+supplies the arrival CV and the length CVs (used with either variant: percentiles cannot ignore
+how requests spread). Every metric is evaluated at each point of a fixed quasi-random set
+(model/queueing/sample_points.py), so a latency is a deterministic, smooth function of the rate.
+
+With x requests decoding, a decode iteration takes D(x) = alpha + x d, and a prompt of n tokens
+in c = ceil(n / (M - x)) chunks costs its own prefill work
+W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (kappa = 0 for the paper variant).
+
+TTFT of an arrival that finds i others (Poisson: the chain's pi_i; constant rate: see
+model/queueing/occupancy.py):
+  * slot wait when i >= B: exponential with mean (1 + ca2) / 2 / (B / tau(B) - lambda) (exact for
+    Poisson arrivals and the chain's geometric tail);
+  * residual of the iteration in progress: U D(x) when the engine is busy;
+  * wait for prefill work ahead (model/queueing/prefill_queue.py, GI/G/1);
+  * its own prefill, c D(x) + W_pref(n, c), x = min(i, B - 1);
+  * later arrivals that join its last chunk: lambda (residual + wait) E[W_pref] times the share
+    of a prompt that still fits the budget;
+  * FirstToken.AFTER_DECODE_ITERATION adds one decode iteration D(x) + d.
+Per-request ITL (a request's mean gap over its m - 1 gaps): alpha + (X_L + 1) d + W_L / (m - 1),
+with X_L the others' occupancy averaged over its lifetime L (Normal, variance Var(X) h(L / S),
+h(y) = 1 - y/3 for y <= 1 and 1/y - 1/(3 y^2) beyond: the M/G/inf autocorrelation with service
+S-bar) and W_L the prefill work landing within L (gamma with the compound-count mean and
+variance lambda L (ca2 E[W]^2 + Var W)); a mixture over the request's own output length.
+Per-token ITL: the gap of a token drawn in proportion to tokens emitted: state x weighted by
+x pi_x times the iteration rate; a share of iterations carries prefill work (one prompt, or
+two when the prefill queue is busy, capped at the budget), the rest are decode-only D(x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import ndtri
+
+from model.queueing.analyzer import analyze_table
+from model.queueing.chain import StateTable
+from model.queueing.occupancy import arrival_pmf, chain_pmf, inverse_cdf, time_average_pmf
+from model.queueing.params import ServerConfig, ServiceParams, Workload
+from model.queueing.prefill_queue import PrefillWait, prefill_work_queue, prompt_service_ms
+from model.queueing.sample_points import (
+    count_quantile,
+    gamma_quantile,
+    length_quantile,
+    unit_points,
+)
+
+FloatArray = NDArray[np.float64]
+_MAX_PREFILL_SHARE = 0.999  # the decode share 1 - rho of time never falls below this complement
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting:
+    """Everything per rate the metrics share (1-D arrays over rates; ms and req/ms)."""
+
+    table: StateTable
+    params: ServiceParams
+    workload: Workload
+    budget: int  # M, tokens per iteration
+    kappa: float  # prefill attention ratio (0 for the paper variant)
+    arrival_scv: float  # ca2
+    lam: FloatArray
+    stable: NDArray[np.bool_]
+    service_ms: FloatArray  # S-bar
+    occupancy: FloatArray  # X-bar
+    seen_pmf: FloatArray  # (rates, B+1)
+    time_pmf: FloatArray
+    prefill_mean_ms: float  # E[W_pref(n, 1)] over the prompt-length law
+    prefill_var_ms2: float
+    queue: PrefillWait
+
+    @property
+    def decode_ms(self) -> float:
+        """d = W_dec / m: one request's decode work per iteration."""
+        return float(self.table.w_dec_ms[0, 0] / self.table.avg_output_tokens[0, 0])
+
+    def decode_iteration_ms(self, decoding: FloatArray) -> FloatArray:
+        """D(x) = alpha + x d."""
+        out: FloatArray = self.table.alpha_ms + decoding * self.decode_ms
+        return out
+
+
+def prefill_work_ms(
+    params: ServiceParams, kappa: float, n: FloatArray, chunks: FloatArray
+) -> FloatArray:
+    """W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (ms)."""
+    beta, gamma = params.beta_ms, params.gamma_ms
+    out: FloatArray = beta * n + gamma * n * (chunks + 1.0) / 2.0 + beta * kappa * n * n / 2.0
+    return out
+
+
+def _decoding_states(big_b: int) -> FloatArray:
+    """min(i, B - 1) for i = 0..B: others decoding beside a request that holds a slot."""
+    return np.minimum(np.arange(big_b + 1, dtype=np.float64), max(big_b - 1, 0))
+
+
+def setting(
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    table: StateTable,
+    rates_rps: FloatArray,
+) -> Setting:
+    """Solve the chain and the prefill-work queue at each rate (req/s, 1-D)."""
+    opts = table.options
+    at = analyze_table(table, rates_rps)
+    lam = rates_rps / 1000.0
+    service = np.asarray(at.avg_service_ms, dtype=np.float64)
+    occupancy = np.asarray(at.avg_batch_size, dtype=np.float64)
+    pmf = chain_pmf(table, lam)
+    seen = arrival_pmf(table, pmf, service, lam, opts.arrival_cv)
+    kappa = opts.attention_ratio if opts.refined else 0.0
+    budget = server.max_num_batched_tokens
+    # A prompt's work over the length law, and the prefill-work queue it feeds.
+    n = length_quantile(unit_points(1)[0], workload.avg_input_tokens, opts.input_length_cv)
+    work = prefill_work_ms(params, kappa, n, np.ones_like(n))
+    decoding = seen @ _decoding_states(table.max_batch_size)
+    d_iter = table.alpha_ms + decoding * float(table.w_dec_ms[0, 0] / table.avg_output_tokens[0, 0])
+    service_s = prompt_service_ms(work, n, d_iter[:, np.newaxis], decoding[:, np.newaxis], budget)
+    s_mean = service_s.mean(axis=1)
+    s_scv = service_s.var(axis=1) / np.maximum(s_mean, 1e-300) ** 2
+    return Setting(
+        table=table,
+        params=params,
+        workload=workload,
+        budget=budget,
+        kappa=kappa,
+        arrival_scv=opts.arrival_cv**2,
+        lam=lam,
+        stable=np.asarray(at.stable, dtype=bool),
+        service_ms=service,
+        occupancy=occupancy,
+        seen_pmf=seen,
+        time_pmf=time_average_pmf(table, pmf, service, lam, occupancy, opts.arrival_cv),
+        prefill_mean_ms=float(work.mean()),
+        prefill_var_ms2=float(work.var()),
+        queue=prefill_work_queue(lam, s_mean, s_scv, opts.arrival_cv**2),
+    )
+
+
+def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
+    """TTFT (ms) at each sample point, shape (rates, points)."""
+    u_occ, u_pos, u_k, u_bias, u_ahead, u_after, u_wait, u_len, u_slot, u_kind = unit_points(10)
+    table = s.table
+    big_b = table.max_batch_size
+    n_bar = max(s.workload.avg_input_tokens, 1.0)
+    per_token = s.prefill_mean_ms / n_bar  # prefill work per prompt token (ms)
+    poisson = u_kind < min(s.arrival_scv, 1.0)
+    lam = s.lam[:, np.newaxis]
+    i = inverse_cdf(s.seen_pmf, u_occ)
+    x = _decoding_states(big_b)[i]
+    d_iter = s.decode_iteration_ms(x)
+    room = np.maximum(s.budget - x, 1.0)
+    # The iteration in progress (engine busy): D(x) plus the prompts admitted at its start,
+    # K of them, length-biased: Poisson(mu) with weight D / (D + mu P), 1 + Poisson(mu) else.
+    share = np.minimum(lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
+    mu = lam * d_iter / (1.0 - share)
+    biased = u_bias < mu * s.prefill_mean_ms / (d_iter + mu * s.prefill_mean_ms)
+    # Constant-rate arrivals at heavy load (mu >= 1): floor(mu) prompts, one more with
+    # probability frac(mu), unbiased.
+    k = np.where(poisson, count_quantile(mu, u_k, True) + biased, np.floor(mu + u_k))
+    content = np.minimum(k * n_bar, room) * per_token
+    busy = i >= 1
+    in_progress = np.where(busy, d_iter + content, 0.0)
+    # Arrivals during its elapsed part are ahead of the request, later ones may join it.
+    ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, poisson)
+    after = count_quantile(lam * u_pos * in_progress, u_after, poisson)
+    residual = u_pos * np.where(busy, d_iter, 0.0)
+    content_left = u_pos * np.where(busy, content, 0.0)
+    # Constant-rate arrivals at light load (mu < 1) arrive 1/lambda after the previous one,
+    # which waited U' D for its own prefill iteration D + W_pref(n'): what is left of that
+    # iteration, else of a decode iteration.
+    sparse = ~poisson & (mu < 1.0)
+    prev = prefill_work_ms(s.params, s.kappa, np.minimum(
+        length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
+    ), np.ones_like(room))
+    left = u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300)
+    residual = np.where(sparse & busy & (left > 0.0), left, residual)
+    content_left = np.where(sparse, 0.0, content_left)
+    n = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
+    ahead_tokens = np.minimum(ahead * n_bar, room)
+    batch_ahead = content_left + ahead_tokens * per_token
+    work_ahead = np.maximum(s.queue.quantile_ms(u_wait), batch_ahead)
+    chunks = np.maximum(np.ceil(n / room), 1.0)
+    own = chunks * d_iter + prefill_work_ms(s.params, s.kappa, n, chunks)
+    joined = np.minimum(after * n_bar, np.maximum(room - n - ahead_tokens, 0.0)) * per_token
+    ttft = _slot_wait(s, i, u_slot) + residual + work_ahead + own + joined
+    if after_decode_iteration:
+        ttft = ttft + d_iter + s.decode_ms
+    out: FloatArray = np.where(s.stable[:, np.newaxis], ttft, np.inf)
+    return out
+
+
+def _slot_wait(s: Setting, i: NDArray[np.intp], u: FloatArray) -> FloatArray:
+    """Wait for a batch slot of an arrival that finds i >= B: exponential, mean
+    (1 + ca2) / 2 / (mu_B - lambda), mu_B = B / tau(B); at most (Q + 1) / mu_B when finite."""
+    table = s.table
+    mu_b = table.saturation_rate_per_ms[0]
+    gap = np.maximum(mu_b - s.lam, 1e-300)
+    mean = (1.0 + s.arrival_scv) / 2.0 / gap
+    if table.max_queue_size is not None:
+        mean = np.minimum(mean, (table.max_queue_size + 1.0) / mu_b)
+    full = i >= table.max_batch_size
+    with np.errstate(invalid="ignore"):
+        wait = np.where(full, -mean[:, np.newaxis] * np.log1p(-u), 0.0)
+    out: FloatArray = wait
+    return out
+
+
+def _lifetime_variance_share(lifetime_ms: FloatArray, service_ms: FloatArray) -> FloatArray:
+    """h(L / S): the variance of occupancy averaged over a window L over its point variance,
+    when others stay S (M/G/inf autocorrelation 1 - t / S)."""
+    y = lifetime_ms / np.maximum(service_ms, 1e-300)
+    safe = np.maximum(y, 1.0)
+    out: FloatArray = np.where(y <= 1.0, 1.0 - y / 3.0, 1.0 / safe - 1.0 / (3.0 * safe * safe))
+    return out
+
+
+def itl_request_samples(s: Setting) -> FloatArray:
+    """Per-request mean inter-token gap (ms) at each sample point, shape (rates, points)."""
+    u_m, u_x, u_w = unit_points(3)
+    table = s.table
+    big_b = table.max_batch_size
+    opts = table.options
+    m = np.maximum(length_quantile(u_m, s.workload.avg_output_tokens, opts.output_length_cv), 1.0)
+    gaps = np.maximum(m - 1.0, 1.0)
+    states = _decoding_states(big_b)
+    mean_x = s.time_pmf @ states
+    var_x = np.maximum(s.time_pmf @ (states * states) - mean_x * mean_x, 0.0)
+    lam = s.lam[:, np.newaxis]
+    share = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
+    mean_gap = s.decode_iteration_ms(mean_x + 1.0) / (1.0 - share)
+    life = gaps[np.newaxis, :] * mean_gap[:, np.newaxis]
+    h = _lifetime_variance_share(life, s.service_ms[:, np.newaxis])
+    x_life = np.clip(mean_x[:, np.newaxis] + np.sqrt(var_x[:, np.newaxis] * h) * ndtri(u_x),
+                     0.0, big_b - 1.0)
+    # Share s of the lifetime spent on others' prefill work: the work landing in a window L
+    # has mean lambda L E[W] and variance lambda L (ca2 E[W]^2 + Var W), so at Normal level z,
+    # s = rho + z sqrt(lambda V / L); the lifetime stretches with it, L = L0 / (1 - s), L0 the
+    # decode-only lifetime. With t = sqrt(1 - s): t^2 + a t - (1 - rho) = 0, a = z sqrt(lambda
+    # V / L0). Gaps are D / (1 - s), at most an iteration filled to the budget.
+    rho = share[:, np.newaxis]
+    spread = lam * (s.arrival_scv * s.prefill_mean_ms**2 + s.prefill_var_ms2)
+    decode = s.decode_iteration_ms(x_life + 1.0)
+    a = ndtri(u_w) * np.sqrt(spread / (gaps[np.newaxis, :] * decode))
+    t = np.minimum((np.sqrt(a * a + 4.0 * (1.0 - rho)) - a) / 2.0, 1.0)
+    busy = 1.0 - t * t
+    room = np.maximum(s.budget - x_life - 1.0, 1.0)
+    full = decode + room * s.prefill_mean_ms / max(s.workload.avg_input_tokens, 1.0)
+    itl = np.minimum(decode / (1.0 - busy), np.maximum(full, decode))
+    out: FloatArray = np.where(s.stable[:, np.newaxis], itl, np.inf)
+    return out
+
+
+def itl_token_samples(s: Setting) -> FloatArray:
+    """Inter-token gap (ms) of a token drawn in proportion to tokens emitted, shape
+    (rates, points)."""
+    u_state, u_pre, u_len, u_merge, u_len2 = unit_points(5)
+    table = s.table
+    big_b = table.max_batch_size
+    opts = table.options
+    x = np.arange(big_b + 1, dtype=np.float64)[np.newaxis, :]
+    d_iter = s.decode_iteration_ms(x)
+    lam = s.lam[:, np.newaxis]
+    room = np.maximum(s.budget - x, 1.0)
+    n_bar = s.workload.avg_input_tokens
+    chunks = np.maximum(np.ceil(n_bar / room), 1.0)
+    busy = np.minimum(s.queue.utilization, _MAX_PREFILL_SHARE)[:, np.newaxis]
+    # Prefill-carrying iterations per ms (a busy queue packs two prompts into one), and
+    # decode-only ones in the time left.
+    prefill_rate = lam * chunks / (1.0 + busy)
+    decode_rate = np.maximum(1.0 - lam * (s.prefill_mean_ms + chunks * d_iter), 1e-9) / d_iter
+    weight = np.minimum(x, big_b) * s.time_pmf * (prefill_rate + decode_rate)
+    weight[:, 1] += 1e-300  # a request alone when no occupancy is resolvable (rate -> 0)
+    state = inverse_cdf(weight, u_state)
+    share = prefill_rate / (prefill_rate + decode_rate)
+    rows = np.arange(state.shape[0])[:, np.newaxis]
+    carries = u_pre < share[rows, state]
+    xs = state.astype(np.float64)
+    n1 = length_quantile(u_len, n_bar, opts.input_length_cv)
+    n2 = length_quantile(u_len2, n_bar, opts.input_length_cv)
+    tokens = n1 + np.where(u_merge < busy, n2, 0.0)
+    tokens = np.minimum(tokens, np.maximum(s.budget - xs, 1.0))
+    extra = prefill_work_ms(s.params, s.kappa, tokens, np.ones_like(tokens))
+    gap = s.decode_iteration_ms(xs) + np.where(carries, extra, 0.0)
+    out: FloatArray = np.where(s.stable[:, np.newaxis], gap, np.inf)
+    return out

@@ -1,0 +1,173 @@
+"""Latency percentiles from the calibrated chain: TTFT and the two kinds of ITL. Percentiles §1, §3.
+
+`latency_quantiles` evaluates each metric at a fixed quasi-random point set
+(model/queueing/latency_samples.py) and reads quantiles off the sorted values; `attainment` reads
+the share of requests (or tokens) within a target off the same values, as the linear inverse of
+the quantile function, so that attainment(t) >= q exactly when quantile(q) <= t.
+
+ITL comes in two kinds: per token, every inter-token gap (vLLM's inter_token_latency_seconds),
+where iterations carrying prefill work make the tail; and per request, each request's mean gap
+(request_time_per_output_token_seconds, GuideLLM, `vllm-sizer simulate`).
+
+Where this assembly and `analyze`'s mean assembly differ: both share the chain, the work terms
+and, by default, the first-token convention, and they agree at light load (p50 and the mean of
+a degenerate workload equal analyze's TTFT and ITL). Under load they part in four terms:
+  * prefill work queued ahead: here a GI/G/1 queue on prompt work; the refined mean has only a
+    length-biased residual and a collision term (C), the paper's mean none;
+  * the iteration in progress: here U D(x) with x the others decoding; the refined mean scales
+    its residual by an Allen-Cunneen factor;
+  * the wait for a slot: here exponential per arrival; the means use W = L_q / Lambda;
+  * ITL: here decode iterations at the lifetime-averaged occupancy plus the prefill work landing
+    in the lifetime; the means take (S-bar - T_p) / m, which spreads every prompt's prefill
+    evenly over the decode steps.
+Accuracy is promised up to p99 (checked against the simulator by bench/percentiles.py); p99.9
+rests on two of the 2048 points and is indicative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from model.queueing.chain import workload_table
+from model.queueing.latency_samples import (
+    Setting,
+    itl_request_samples,
+    itl_token_samples,
+    setting,
+    ttft_samples,
+)
+from model.queueing.params import ServerConfig, ServiceParams, Workload
+from model.queueing.validation import require_rates
+from model.queueing.variant import DEFAULT_MODEL, ModelOptions
+
+FloatArray = NDArray[np.float64]
+
+MIN_QUANTILE = 0.01
+MAX_QUANTILE = 0.999
+
+
+class FirstToken(StrEnum):
+    """When the first output token leaves. Fitted parameters (the tuner's, the paper's Table I)
+    assume one decode iteration after the last prefill chunk; vLLM's scheduler and the simulator
+    emit it with the last chunk."""
+
+    AFTER_DECODE_ITERATION = "after_decode_iteration"
+    WITH_LAST_CHUNK = "with_last_chunk"
+
+
+class LatencyMetric(StrEnum):
+    """The latency a percentile describes."""
+
+    TTFT = "ttft"
+    ITL_PER_TOKEN = "itl_per_token"
+    ITL_PER_REQUEST = "itl_per_request"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyQuantiles:
+    """Quantiles (ms) of each metric: shape (len(quantiles),) for a scalar rate and
+    (len(rates), len(quantiles)) for an array; +inf at unstable rates."""
+
+    quantiles: FloatArray
+    ttft_ms: FloatArray
+    itl_per_token_ms: FloatArray
+    itl_per_request_ms: FloatArray
+
+
+@dataclass(frozen=True, slots=True)
+class SortedLatencies:
+    """Each metric's values at the sample points, sorted per rate: shape (rates, points)."""
+
+    values: dict[LatencyMetric, FloatArray]
+
+    def quantile(self, metric: LatencyMetric, q: FloatArray) -> FloatArray:
+        """Linear-interpolated quantiles, shape (rates, len(q))."""
+        v = self.values[metric]
+        pos = q * (v.shape[1] - 1)
+        lo = np.floor(pos).astype(np.intp)
+        hi = np.minimum(lo + 1, v.shape[1] - 1)
+        frac = pos - lo
+        a, b = v[:, lo], v[:, hi]
+        with np.errstate(invalid="ignore"):
+            out = np.where(frac > 0.0, a + frac * (b - a), a)
+        res: FloatArray = np.where(np.isinf(a) | np.isinf(b), np.inf, out)
+        return res
+
+    def attainment(self, metric: LatencyMetric, target_ms: float) -> FloatArray:
+        """Share within target_ms per rate: the inverse of `quantile` (piecewise linear, 0 below
+        the smallest value, 1 at and above the largest)."""
+        v = self.values[metric]
+        count = v.shape[1]
+        below = (v <= target_ms).sum(axis=1)  # j + 1 where v_j <= t < v_{j+1}
+        j = np.clip(below - 1, 0, count - 2)
+        rows = np.arange(v.shape[0])
+        a, b = v[rows, j], v[rows, j + 1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(b > a, (target_ms - a) / (b - a), 1.0)
+        share = (j + np.clip(np.nan_to_num(frac, nan=0.0), 0.0, 1.0)) / (count - 1)
+        out: FloatArray = np.where(below == 0, 0.0, np.where(below >= count, 1.0, share))
+        return out
+
+
+def sorted_latencies(s: Setting, metrics: tuple[LatencyMetric, ...], first_token: FirstToken
+                     ) -> SortedLatencies:
+    """The chosen metrics' values at the sample points, sorted per rate."""
+    makers = {
+        LatencyMetric.TTFT: lambda: ttft_samples(
+            s, first_token is FirstToken.AFTER_DECODE_ITERATION
+        ),
+        LatencyMetric.ITL_PER_TOKEN: lambda: itl_token_samples(s),
+        LatencyMetric.ITL_PER_REQUEST: lambda: itl_request_samples(s),
+    }
+    return SortedLatencies({k: np.sort(makers[k](), axis=1) for k in metrics})
+
+
+def require_quantiles(value: ArrayLike) -> FloatArray:
+    """A non-empty 1-D array of probabilities in [0.01, 0.999]."""
+    q = np.atleast_1d(np.asarray(value, dtype=np.float64))
+    if q.ndim != 1 or q.size == 0:
+        raise ValueError(f"`quantiles` must be a non-empty 1-D sequence, got shape {q.shape}")
+    bad = ~np.isfinite(q) | (q < MIN_QUANTILE) | (q > MAX_QUANTILE)
+    if bad.any():
+        raise ValueError(
+            f"`quantiles` must lie in [{MIN_QUANTILE}, {MAX_QUANTILE}], got {q[np.argmax(bad)]}"
+        )
+    return q
+
+
+def latency_quantiles(
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    rate_rps: ArrayLike,
+    quantiles: ArrayLike,
+    *,
+    options: ModelOptions = DEFAULT_MODEL,
+    first_token: FirstToken = FirstToken.AFTER_DECODE_ITERATION,
+) -> LatencyQuantiles:
+    """Quantiles (ms) of TTFT, per-token ITL and per-request ITL at a scalar rate or a 1-D array
+    of rates (req/s, each >= 0), for probabilities in [0.01, 0.999]. Deterministic; +inf where
+    the rate is unstable. `options` gives the variant (its state table) and the arrival and
+    length CVs (used by either variant)."""
+    rates = require_rates("rate_rps", rate_rps)
+    q = require_quantiles(quantiles)
+    first = FirstToken(first_token)
+    table = workload_table(params, server, workload, options=options)
+    s = setting(params, server, workload, table, np.atleast_1d(rates))
+    found = sorted_latencies(s, tuple(LatencyMetric), first)
+    out = {metric: found.quantile(metric, q) for metric in LatencyMetric}
+    if rates.ndim == 0:
+        out = {metric: v[0] for metric, v in out.items()}
+    for v in out.values():
+        v.flags.writeable = False
+    q.flags.writeable = False
+    return LatencyQuantiles(
+        quantiles=q,
+        ttft_ms=out[LatencyMetric.TTFT],
+        itl_per_token_ms=out[LatencyMetric.ITL_PER_TOKEN],
+        itl_per_request_ms=out[LatencyMetric.ITL_PER_REQUEST],
+    )
