@@ -223,7 +223,8 @@ def _lifetime_variance_share(lifetime_ms: FloatArray, service_ms: FloatArray) ->
 
 def itl_request_samples(s: Setting) -> FloatArray:
     """Per-request mean inter-token gap (ms) at each sample point, shape (rates, points)."""
-    u_m, u_x, u_w = unit_points(3)
+    u_m, u_x = unit_points(2)
+    u_w = u_x  # a burst of arrivals raises the occupancy and the prefill share together
     table = s.table
     big_b = table.max_batch_size
     opts = table.options
@@ -259,34 +260,37 @@ def itl_request_samples(s: Setting) -> FloatArray:
 
 def itl_token_samples(s: Setting) -> FloatArray:
     """Inter-token gap (ms) of a token drawn in proportion to tokens emitted, shape
-    (rates, points)."""
-    u_state, u_pre, u_len, u_merge, u_len2 = unit_points(5)
+    (rates, points).
+
+    Prompts arriving during an iteration are admitted at the next one, so with x decoding,
+    iterations last E[T] = D(x) / (1 - rho), rho = lambda E[W_pref], and each admits
+    K ~ Poisson(lambda E[T]) prompts: a share 1 - exp(-lambda E[T]) carries prefill work (K >= 1,
+    capped at the budget M - x). Constant-rate arrivals admit floor or ceil of lambda E[T]."""
+    u_state, u_pre, u_len = unit_points(3)
     table = s.table
     big_b = table.max_batch_size
-    opts = table.options
+    n_bar = max(s.workload.avg_input_tokens, 1.0)
+    per_token = s.prefill_mean_ms / n_bar
     x = np.arange(big_b + 1, dtype=np.float64)[np.newaxis, :]
-    d_iter = s.decode_iteration_ms(x)
-    lam = s.lam[:, np.newaxis]
-    room = np.maximum(s.budget - x, 1.0)
-    n_bar = s.workload.avg_input_tokens
-    chunks = np.maximum(np.ceil(n_bar / room), 1.0)
-    busy = np.minimum(s.queue.utilization, _MAX_PREFILL_SHARE)[:, np.newaxis]
-    # Prefill-carrying iterations per ms (a busy queue packs two prompts into one), and
-    # decode-only ones in the time left.
-    prefill_rate = lam * chunks / (1.0 + busy)
-    decode_rate = np.maximum(1.0 - lam * (s.prefill_mean_ms + chunks * d_iter), 1e-9) / d_iter
-    weight = np.minimum(x, big_b) * s.time_pmf * (prefill_rate + decode_rate)
+    rho = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)[:, np.newaxis]
+    # Tokens per ms in state x: x per iteration, (1 - rho) / D(x) iterations per ms.
+    weight = x * s.time_pmf * (1.0 - rho) / s.decode_iteration_ms(x)
     weight[:, 1] += 1e-300  # a request alone when no occupancy is resolvable (rate -> 0)
-    state = inverse_cdf(weight, u_state)
-    share = prefill_rate / (prefill_rate + decode_rate)
-    rows = np.arange(state.shape[0])[:, np.newaxis]
-    carries = u_pre < share[rows, state]
-    xs = state.astype(np.float64)
-    n1 = length_quantile(u_len, n_bar, opts.input_length_cv)
-    n2 = length_quantile(u_len2, n_bar, opts.input_length_cv)
-    tokens = n1 + np.where(u_merge < busy, n2, 0.0)
+    xs = inverse_cdf(weight, u_state).astype(np.float64)
+    d_iter = s.decode_iteration_ms(xs)
+    mu = s.lam[:, np.newaxis] * d_iter / (1.0 - rho)
+    poisson = min(s.arrival_scv, 1.0)
+    # Level u_pre below P(K = 0) is a decode-only iteration; above it, K by inverse CDF.
+    none_poisson = np.exp(-mu)
+    none_steady = np.where(mu < 1.0, 1.0 - mu, 0.0)
+    none = poisson * none_poisson + (1.0 - poisson) * none_steady
+    k_poisson = count_quantile(mu, u_pre, True)
+    k_steady = np.where(mu < 1.0, 1.0, np.floor(mu + u_pre))
+    k = np.where(u_pre < none, 0.0, np.where(u_len < poisson, k_poisson, k_steady))
+    k = np.where(u_pre >= none, np.maximum(k, 1.0), 0.0)
+    n1 = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
+    tokens = np.where(k >= 1.0, n1 + (k - 1.0) * n_bar, 0.0)
     tokens = np.minimum(tokens, np.maximum(s.budget - xs, 1.0))
-    extra = prefill_work_ms(s.params, s.kappa, tokens, np.ones_like(tokens))
-    gap = s.decode_iteration_ms(xs) + np.where(carries, extra, 0.0)
+    gap = d_iter + tokens * per_token
     out: FloatArray = np.where(s.stable[:, np.newaxis], gap, np.inf)
     return out
