@@ -258,39 +258,51 @@ def itl_request_samples(s: Setting) -> FloatArray:
     return out
 
 
-def itl_token_samples(s: Setting) -> FloatArray:
-    """Inter-token gap (ms) of a token drawn in proportion to tokens emitted, shape
-    (rates, points).
+def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
+    """Inter-token gaps (ms) and their token shares, shape (rates, B + 1 + points) each.
 
     Prompts arriving during an iteration are admitted at the next one, so with x decoding,
     iterations last E[T] = D(x) / (1 - rho), rho = lambda E[W_pref], and each admits
-    K ~ Poisson(lambda E[T]) prompts: a share 1 - exp(-lambda E[T]) carries prefill work (K >= 1,
-    capped at the budget M - x). Constant-rate arrivals admit floor or ceil of lambda E[T]."""
-    u_state, u_pre, u_len = unit_points(3)
+    K ~ Poisson(lambda E[T]) prompts: a share f(x) = 1 - exp(-lambda E[T]) of them carries
+    prefill work (K >= 1, capped at the budget M - x); constant-rate arrivals admit floor or
+    ceil of lambda E[T]. Tokens come at x per iteration and (1 - rho) / D(x) iterations per ms.
+    The decode-only gaps D(x) are exact atoms (one per state), the prefill-carrying ones are
+    drawn at the sample points, so a small prefill share is resolved finely."""
+    u_state, u_pre, u_len, u_prev = unit_points(4)
     table = s.table
     big_b = table.max_batch_size
     n_bar = max(s.workload.avg_input_tokens, 1.0)
     per_token = s.prefill_mean_ms / n_bar
     x = np.arange(big_b + 1, dtype=np.float64)[np.newaxis, :]
     rho = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)[:, np.newaxis]
-    # Tokens per ms in state x: x per iteration, (1 - rho) / D(x) iterations per ms.
-    weight = x * s.time_pmf * (1.0 - rho) / s.decode_iteration_ms(x)
+    d_state = s.decode_iteration_ms(x)
+    weight = x * s.time_pmf * (1.0 - rho) / d_state
     weight[:, 1] += 1e-300  # a request alone when no occupancy is resolvable (rate -> 0)
-    xs = inverse_cdf(weight, u_state).astype(np.float64)
-    d_iter = s.decode_iteration_ms(xs)
-    mu = s.lam[:, np.newaxis] * d_iter / (1.0 - rho)
+    mu = s.lam[:, np.newaxis] * d_state / (1.0 - rho)
     poisson = min(s.arrival_scv, 1.0)
-    # Level u_pre below P(K = 0) is a decode-only iteration; above it, K by inverse CDF.
-    none_poisson = np.exp(-mu)
-    none_steady = np.where(mu < 1.0, 1.0 - mu, 0.0)
-    none = poisson * none_poisson + (1.0 - poisson) * none_steady
-    k_poisson = count_quantile(mu, u_pre, True)
-    k_steady = np.where(mu < 1.0, 1.0, np.floor(mu + u_pre))
-    k = np.where(u_pre < none, 0.0, np.where(u_len < poisson, k_poisson, k_steady))
-    k = np.where(u_pre >= none, np.maximum(k, 1.0), 0.0)
+    sparse = mu < 1.0
+    carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * np.where(sparse, mu, 1.0)
+    prefill_weight = weight * carries
+    # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0).
+    xs = inverse_cdf(prefill_weight + 1e-300 * (x == 1), u_state).astype(np.float64)
+    # The previous iteration, whose arrivals this one admits, varies in length itself:
+    # Var T = lambda E[T] E[W^2] / (1 - (lambda E[W])^2) for T = D + the work of
+    # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance.
+    lam = s.lam[:, np.newaxis]
+    mean_t = s.decode_iteration_ms(xs) / (1.0 - rho)
+    var_t = lam * mean_t * (s.prefill_var_ms2 + s.prefill_mean_ms**2) / (1.0 - rho * rho)
+    mu_s = lam * gamma_quantile(mean_t, var_t, u_prev)
+    none = np.exp(-mu_s)
+    k_poisson = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
+    k_steady = np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre))
+    k = np.maximum(np.where(u_len < poisson, k_poisson, k_steady), 1.0)
     n1 = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
-    tokens = np.where(k >= 1.0, n1 + (k - 1.0) * n_bar, 0.0)
-    tokens = np.minimum(tokens, np.maximum(s.budget - xs, 1.0))
-    gap = d_iter + tokens * per_token
-    out: FloatArray = np.where(s.stable[:, np.newaxis], gap, np.inf)
-    return out
+    tokens = np.minimum(n1 + (k - 1.0) * n_bar, np.maximum(s.budget - xs, 1.0))
+    values = np.concatenate(
+        [np.broadcast_to(d_state, weight.shape), s.decode_iteration_ms(xs) + tokens * per_token],
+        axis=1,
+    )
+    share = prefill_weight.sum(axis=1, keepdims=True) / xs.shape[1]
+    weights = np.concatenate([weight * (1.0 - carries), np.broadcast_to(share, xs.shape)], axis=1)
+    out: FloatArray = np.where(s.stable[:, np.newaxis], values, np.inf)
+    return out, weights

@@ -80,50 +80,60 @@ class LatencyQuantiles:
 
 @dataclass(frozen=True, slots=True)
 class SortedLatencies:
-    """Each metric's values at the sample points, sorted per rate: shape (rates, points)."""
+    """Each metric's values sorted per rate with their cumulative shares (last = 1): two
+    arrays of shape (rates, values). Quantiles and attainment are the two inverses of one step
+    function, so attainment(t) >= q exactly when quantile(q) <= t."""
 
-    values: dict[LatencyMetric, FloatArray]
+    values: dict[LatencyMetric, tuple[FloatArray, FloatArray]]
 
     def quantile(self, metric: LatencyMetric, q: FloatArray) -> FloatArray:
-        """Linear-interpolated quantiles, shape (rates, len(q))."""
-        v = self.values[metric]
-        pos = q * (v.shape[1] - 1)
-        lo = np.floor(pos).astype(np.intp)
-        hi = np.minimum(lo + 1, v.shape[1] - 1)
-        frac = pos - lo
-        a, b = v[:, lo], v[:, hi]
-        with np.errstate(invalid="ignore"):
-            out = np.where(frac > 0.0, a + frac * (b - a), a)
-        res: FloatArray = np.where(np.isinf(a) | np.isinf(b), np.inf, out)
-        return res
+        """The smallest value whose cumulative share reaches q, shape (rates, len(q))."""
+        v, cum = self.values[metric]
+        rows, count = v.shape
+        offset = 2.0 * np.arange(rows, dtype=np.float64)[:, np.newaxis]
+        # Row k's shares live in [2k, 2k + 1]: one flat search for every row; the 1e-12
+        # forgives rounding in the cumulative sum.
+        idx = np.searchsorted((cum + offset).reshape(-1),
+                              (q[np.newaxis, :] - 1e-12 + offset).reshape(-1), side="left")
+        col = np.clip(idx.reshape(rows, -1) - np.arange(rows)[:, np.newaxis] * count, 0, count - 1)
+        out: FloatArray = np.take_along_axis(v, col, axis=1)
+        return out
 
     def attainment(self, metric: LatencyMetric, target_ms: float) -> FloatArray:
-        """Share within target_ms per rate: the inverse of `quantile` (piecewise linear, 0 below
-        the smallest value, 1 at and above the largest)."""
-        v = self.values[metric]
-        count = v.shape[1]
-        below = (v <= target_ms).sum(axis=1)  # j + 1 where v_j <= t < v_{j+1}
-        j = np.clip(below - 1, 0, count - 2)
+        """Share of requests (or tokens) within target_ms, per rate."""
+        v, cum = self.values[metric]
+        below = (v <= target_ms).sum(axis=1)
         rows = np.arange(v.shape[0])
-        a, b = v[rows, j], v[rows, j + 1]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            frac = np.where(b > a, (target_ms - a) / (b - a), 1.0)
-        share = (j + np.clip(np.nan_to_num(frac, nan=0.0), 0.0, 1.0)) / (count - 1)
-        out: FloatArray = np.where(below == 0, 0.0, np.where(below >= count, 1.0, share))
+        out: FloatArray = np.where(below > 0, cum[rows, np.maximum(below - 1, 0)], 0.0)
         return out
 
 
-def sorted_latencies(s: Setting, metrics: tuple[LatencyMetric, ...], first_token: FirstToken
-                     ) -> SortedLatencies:
-    """The chosen metrics' values at the sample points, sorted per rate."""
-    makers = {
-        LatencyMetric.TTFT: lambda: ttft_samples(
-            s, first_token is FirstToken.AFTER_DECODE_ITERATION
-        ),
-        LatencyMetric.ITL_PER_TOKEN: lambda: itl_token_samples(s),
-        LatencyMetric.ITL_PER_REQUEST: lambda: itl_request_samples(s),
-    }
-    return SortedLatencies({k: np.sort(makers[k](), axis=1) for k in metrics})
+def _sorted(values: FloatArray, weights: FloatArray | None) -> tuple[FloatArray, FloatArray]:
+    if weights is None:
+        count = values.shape[1]
+        cum = np.broadcast_to(np.arange(1, count + 1, dtype=np.float64) / count, values.shape)
+        return np.sort(values, axis=1), cum
+    order = np.argsort(values, axis=1)
+    w = np.take_along_axis(weights, order, axis=1)
+    cum = np.cumsum(w, axis=1)
+    cum /= cum[:, -1:]
+    return np.take_along_axis(values, order, axis=1), cum
+
+
+def sorted_latencies(
+    s: Setting, metrics: tuple[LatencyMetric, ...], first_token: FirstToken
+) -> SortedLatencies:
+    """The chosen metrics at the sample points, sorted per rate."""
+    out: dict[LatencyMetric, tuple[FloatArray, FloatArray]] = {}
+    for metric in metrics:
+        if metric is LatencyMetric.TTFT:
+            after = first_token is FirstToken.AFTER_DECODE_ITERATION
+            out[metric] = _sorted(ttft_samples(s, after), None)
+        elif metric is LatencyMetric.ITL_PER_REQUEST:
+            out[metric] = _sorted(itl_request_samples(s), None)
+        else:
+            out[metric] = _sorted(*itl_token_samples(s))
+    return SortedLatencies(out)
 
 
 def require_quantiles(value: ArrayLike) -> FloatArray:
