@@ -123,7 +123,8 @@ def setting(
     d_iter = table.alpha_ms + decoding * float(table.w_dec_ms[0, 0] / table.avg_output_tokens[0, 0])
     service_s = prompt_service_ms(work, n, d_iter[:, np.newaxis], decoding[:, np.newaxis], budget)
     s_mean = service_s.mean(axis=1)
-    s_scv = service_s.var(axis=1) / np.maximum(s_mean, 1e-300) ** 2
+    with np.errstate(invalid="ignore"):  # inf / inf at unstable rates: the queue is unstable too
+        s_scv = np.nan_to_num(service_s.var(axis=1) / np.maximum(s_mean, 1e-300) ** 2)
     return Setting(
         table=table,
         params=params,
@@ -186,7 +187,11 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     ahead_tokens = np.minimum(ahead * n_bar, room)
     batch_ahead = content_left + ahead_tokens * per_token
     work_ahead = np.maximum(s.queue.quantile_ms(u_wait), batch_ahead)
-    chunks = np.maximum(np.ceil(n / room), 1.0)
+    # At least the chunks the budget forces; a mean-size prompt takes the chain's c(x + 1) (spec
+    # §3: the budget must also hold the others' mean prefill load), scaled with its length.
+    table_chunks = table.chunks[0, np.minimum(x, big_b - 1).astype(np.intp)]
+    chunks = np.maximum(np.ceil(n / room), np.floor(table_chunks * n / n_bar + 1e-9))
+    chunks = np.maximum(chunks, 1.0)
     own = chunks * d_iter + prefill_work_ms(s.params, s.kappa, n, chunks)
     joined = np.minimum(after * n_bar, np.maximum(room - n - ahead_tokens, 0.0)) * per_token
     ttft = _slot_wait(s, i, u_slot) + residual + work_ahead + own + joined

@@ -50,7 +50,7 @@ def chain_pmf(table: StateTable, rate_per_ms: FloatArray) -> FloatArray:
             head[big, -1] = 1.0
             geo = np.where(big, 1.0, geo)
         head[:, -1] *= geo
-    pmf = head / head.sum(axis=1, keepdims=True)
+    pmf: FloatArray = head / head.sum(axis=1, keepdims=True)
     pmf[~stable] = 0.0
     pmf[~stable, -1] = 1.0
     return pmf

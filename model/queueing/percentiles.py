@@ -32,7 +32,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.queueing.chain import workload_table
+from model.queueing.chain import RATE_BLOCK, workload_table
 from model.queueing.latency_samples import (
     Setting,
     itl_request_samples,
@@ -76,6 +76,10 @@ class LatencyQuantiles:
     ttft_ms: FloatArray
     itl_per_token_ms: FloatArray
     itl_per_request_ms: FloatArray
+    # The means of the same distributions: a float per rate (an array for an array of rates).
+    mean_ttft_ms: FloatArray
+    mean_itl_per_token_ms: FloatArray
+    mean_itl_per_request_ms: FloatArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,14 @@ class SortedLatencies:
         out: FloatArray = np.take_along_axis(v, col, axis=1)
         return out
 
+    def mean(self, metric: LatencyMetric) -> FloatArray:
+        """The share-weighted mean per rate (+inf where any value is)."""
+        v, cum = self.values[metric]
+        share = np.diff(cum, axis=1, prepend=0.0)
+        with np.errstate(invalid="ignore"):
+            out: FloatArray = np.where(np.isinf(v).any(axis=1), np.inf, (v * share).sum(axis=1))
+        return out
+
     def attainment(self, metric: LatencyMetric, target_ms: float) -> FloatArray:
         """Share of requests (or tokens) within target_ms, per rate."""
         v, cum = self.values[metric]
@@ -120,20 +132,28 @@ def _sorted(values: FloatArray, weights: FloatArray | None) -> tuple[FloatArray,
     return np.take_along_axis(values, order, axis=1), cum
 
 
+def metric_values(
+    s: Setting, metrics: tuple[LatencyMetric, ...], first_token: FirstToken
+) -> dict[LatencyMetric, tuple[FloatArray, FloatArray | None]]:
+    """The chosen metrics at the sample points, unsorted, each with its shares (None: equal)."""
+    out: dict[LatencyMetric, tuple[FloatArray, FloatArray | None]] = {}
+    for metric in metrics:
+        if metric is LatencyMetric.TTFT:
+            after = first_token is FirstToken.AFTER_DECODE_ITERATION
+            out[metric] = (ttft_samples(s, after), None)
+        elif metric is LatencyMetric.ITL_PER_REQUEST:
+            out[metric] = (itl_request_samples(s), None)
+        else:
+            out[metric] = itl_token_samples(s)
+    return out
+
+
 def sorted_latencies(
     s: Setting, metrics: tuple[LatencyMetric, ...], first_token: FirstToken
 ) -> SortedLatencies:
     """The chosen metrics at the sample points, sorted per rate."""
-    out: dict[LatencyMetric, tuple[FloatArray, FloatArray]] = {}
-    for metric in metrics:
-        if metric is LatencyMetric.TTFT:
-            after = first_token is FirstToken.AFTER_DECODE_ITERATION
-            out[metric] = _sorted(ttft_samples(s, after), None)
-        elif metric is LatencyMetric.ITL_PER_REQUEST:
-            out[metric] = _sorted(itl_request_samples(s), None)
-        else:
-            out[metric] = _sorted(*itl_token_samples(s))
-    return SortedLatencies(out)
+    found = metric_values(s, metrics, first_token)
+    return SortedLatencies({k: _sorted(*v) for k, v in found.items()})
 
 
 def require_quantiles(value: ArrayLike) -> FloatArray:
@@ -167,17 +187,29 @@ def latency_quantiles(
     q = require_quantiles(quantiles)
     first = FirstToken(first_token)
     table = workload_table(params, server, workload, options=options)
-    s = setting(params, server, workload, table, np.atleast_1d(rates))
-    found = sorted_latencies(s, tuple(LatencyMetric), first)
-    out = {metric: found.quantile(metric, q) for metric in LatencyMetric}
+    flat = np.atleast_1d(rates)
+    parts: dict[LatencyMetric, list[FloatArray]] = {metric: [] for metric in LatencyMetric}
+    means: dict[LatencyMetric, list[FloatArray]] = {metric: [] for metric in LatencyMetric}
+    # Blocks of rates keep the (rates x points) work arrays in cache.
+    for start in range(0, flat.size, RATE_BLOCK):
+        s = setting(params, server, workload, table, flat[start : start + RATE_BLOCK])
+        found = sorted_latencies(s, tuple(LatencyMetric), first)
+        for metric in LatencyMetric:
+            parts[metric].append(found.quantile(metric, q))
+            means[metric].append(found.mean(metric))
+    out = {metric: np.concatenate(v) for metric, v in parts.items()}
+    avg = {metric: np.concatenate(v) for metric, v in means.items()}
     if rates.ndim == 0:
         out = {metric: v[0] for metric, v in out.items()}
-    for v in out.values():
+        avg = {metric: v[0:1].reshape(()) for metric, v in avg.items()}
+    for v in (*out.values(), *avg.values(), q):
         v.flags.writeable = False
-    q.flags.writeable = False
     return LatencyQuantiles(
         quantiles=q,
         ttft_ms=out[LatencyMetric.TTFT],
         itl_per_token_ms=out[LatencyMetric.ITL_PER_TOKEN],
         itl_per_request_ms=out[LatencyMetric.ITL_PER_REQUEST],
+        mean_ttft_ms=avg[LatencyMetric.TTFT],
+        mean_itl_per_token_ms=avg[LatencyMetric.ITL_PER_TOKEN],
+        mean_itl_per_request_ms=avg[LatencyMetric.ITL_PER_REQUEST],
     )

@@ -42,7 +42,7 @@ def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
         out: FloatArray = mean * (1.0 - half + 2.0 * half * u)
         return out
     shape = 1.0 / (cv * cv)
-    gamma: FloatArray = gammaincinv(shape, u) * (mean / shape)
+    gamma = np.asarray(gammaincinv(shape, u), dtype=np.float64) * (mean / shape)
     return gamma
 
 
@@ -85,6 +85,7 @@ def count_quantile(mean: FloatArray, u: FloatArray, poisson: bool | FloatArray) 
         cdf = cdf + pmf
         if j > 200:  # only reached for u within rounding of 1
             break
-    normal = np.maximum(np.floor(flat_mean + np.sqrt(flat_mean) * ndtri(flat_u) + 0.5), 0.0)
+    with np.errstate(invalid="ignore"):  # an infinite mean stays infinite
+        normal = np.maximum(np.floor(flat_mean + np.sqrt(flat_mean) * ndtri(flat_u) + 0.5), 0.0)
     counts: FloatArray = np.where(large, normal, k).reshape(mean.shape)
     return np.where(poisson, counts, steady)
