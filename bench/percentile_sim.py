@@ -8,6 +8,7 @@ are those of iterations ending inside the measured window.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,8 +55,6 @@ def simulate_point(
     seed: int,
     options: ModelOptions,
 ) -> SimPoint:
-    import time
-
     began = time.perf_counter()
     mean = analyze(params, server, Workload(float(n), float(m)), rate_rps, options=options)
     margin_s = 2.0 * float(mean.avg_response_ms) / 1000.0

@@ -162,8 +162,7 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     share = np.minimum(lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
     mu = lam * d_iter / (1.0 - share)
     biased = u_bias < mu * s.prefill_mean_ms / (d_iter + mu * s.prefill_mean_ms)
-    # Constant-rate arrivals at heavy load (mu >= 1): floor(mu) prompts, one more with
-    # probability frac(mu), unbiased.
+    # Constant-rate arrivals: floor(mu) prompts, one more with probability frac(mu), unbiased.
     k = np.where(poisson, count_quantile(mu, u_k, True) + biased, np.floor(mu + u_k))
     content = np.minimum(k * n_bar, room) * per_token
     busy = i >= 1
@@ -171,22 +170,22 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     # Arrivals during its elapsed part are ahead of the request, later ones may join it.
     ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, poisson)
     after = count_quantile(lam * u_pos * in_progress, u_after, poisson)
+    n = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
+    ahead_tokens = np.minimum(ahead * n_bar, room)
+    queued = s.queue.quantile_ms(u_wait)
     residual = u_pos * np.where(busy, d_iter, 0.0)
-    content_left = u_pos * np.where(busy, content, 0.0)
-    # Constant-rate arrivals at light load (mu < 1) arrive 1/lambda after the previous one,
-    # which waited U' D for its own prefill iteration D + W_pref(n'): what is left of that
-    # iteration, else of a decode iteration.
-    sparse = ~poisson & (mu < 1.0)
+    wait = residual + np.maximum(queued, u_pos * np.where(busy, content, 0.0)
+                                 + ahead_tokens * per_token)
+    # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the previous one,
+    # which waited U' D for its own prefill iteration D + W_pref(n'): it waits out what is left
+    # of that iteration, or of a decode iteration. From mu = 1 on, the longer of this and the
+    # batch view above, so that the wait only grows with the rate.
     prev = prefill_work_ms(s.params, s.kappa, np.minimum(
         length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
     ), np.ones_like(room))
-    left = u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300)
-    residual = np.where(sparse & busy & (left > 0.0), left, residual)
-    content_left = np.where(sparse, 0.0, content_left)
-    n = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
-    ahead_tokens = np.minimum(ahead * n_bar, room)
-    batch_ahead = content_left + ahead_tokens * per_token
-    work_ahead = np.maximum(s.queue.quantile_ms(u_wait), batch_ahead)
+    left = np.where(busy, u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300), 0.0)
+    steady_wait = np.maximum(left, residual) + np.maximum(queued, ahead_tokens * per_token)
+    wait = np.where(poisson, wait, np.where(mu < 1.0, steady_wait, np.maximum(wait, steady_wait)))
     # At least the chunks the budget forces; a mean-size prompt takes the chain's c(x + 1) (spec
     # §3: the budget must also hold the others' mean prefill load), scaled with its length.
     table_chunks = table.chunks[0, np.minimum(x, big_b - 1).astype(np.intp)]
@@ -194,7 +193,7 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     chunks = np.maximum(chunks, 1.0)
     own = chunks * d_iter + prefill_work_ms(s.params, s.kappa, n, chunks)
     joined = np.minimum(after * n_bar, np.maximum(room - n - ahead_tokens, 0.0)) * per_token
-    ttft = _slot_wait(s, i, u_slot) + residual + work_ahead + own + joined
+    ttft = _slot_wait(s, i, u_slot) + wait + own + joined
     if after_decode_iteration:
         ttft = ttft + d_iter + s.decode_ms
     out: FloatArray = np.where(s.stable[:, np.newaxis], ttft, np.inf)
@@ -243,8 +242,9 @@ def itl_request_samples(s: Setting) -> FloatArray:
     mean_gap = s.decode_iteration_ms(mean_x + 1.0) / (1.0 - share)
     life = gaps[np.newaxis, :] * mean_gap[:, np.newaxis]
     h = _lifetime_variance_share(life, s.service_ms[:, np.newaxis])
-    x_life = np.clip(mean_x[:, np.newaxis] + np.sqrt(var_x[:, np.newaxis] * h) * ndtri(u_x),
-                     0.0, big_b - 1.0)
+    # A gamma law (not Normal): its quantiles rise with the mean as the spread does.
+    x_life = np.minimum(gamma_quantile(mean_x[:, np.newaxis], var_x[:, np.newaxis] * h, u_x),
+                        big_b - 1.0)
     # Share s of the lifetime spent on others' prefill work: the work landing in a window L
     # has mean lambda L E[W] and variance lambda L (ca2 E[W]^2 + Var W), so at Normal level z,
     # s = rho + z sqrt(lambda V / L); the lifetime stretches with it, L = L0 / (1 - s), L0 the
@@ -255,7 +255,11 @@ def itl_request_samples(s: Setting) -> FloatArray:
     decode = s.decode_iteration_ms(x_life + 1.0)
     a = ndtri(u_w) * np.sqrt(spread / (gaps[np.newaxis, :] * decode))
     t = np.minimum((np.sqrt(a * a + 4.0 * (1.0 - rho)) - a) / 2.0, 1.0)
-    busy = 1.0 - t * t
+    # Below the mean, s = rho exp(a sqrt(1 - rho) / rho) instead (the same to first order):
+    # it never falls as the rate rises, where rho - |a| sqrt(1 - rho) would at light load.
+    with np.errstate(divide="ignore", over="ignore"):
+        low = rho * np.exp(a * np.sqrt(1.0 - rho) / np.maximum(rho, 1e-300))
+    busy = np.where(a < 0.0, low, 1.0 - t * t)
     room = np.maximum(s.budget - x_life - 1.0, 1.0)
     full = decode + room * s.prefill_mean_ms / max(s.workload.avg_input_tokens, 1.0)
     itl = np.minimum(decode / (1.0 - busy), np.maximum(full, decode))

@@ -5,9 +5,9 @@ A target (metric, q, T ms) is met at a rate when the attainment there, the share
 sample points of model/queueing/percentiles.py, where each point's latency grows with the rate,
 so attainment falls as the rate rises (exactly so where the chunk count does not change).
 The search mirrors the mean one (model/queueing/sizing.py): a scan of [lo, hi] for the first
-rate where some target is missed, then brackets narrowed around a linear-interpolation guess
-of the crossing until they are narrower than REFINE_REL_WIDTH of their lower end. The rate
-returned meets every target; the end of its bracket, at most 2e-5 above, misses one.
+rate where some target is missed, then the bracket cut in eighths until it is narrower than
+REFINE_REL_WIDTH of its lower end. The rate returned meets every target; the end of its
+bracket, at most 2e-5 above, misses one.
 """
 
 from __future__ import annotations
@@ -34,11 +34,7 @@ FloatArray = NDArray[np.float64]
 
 SCAN_POINTS = 8  # first pass over [lo, hi]
 REFINE_REL_WIDTH = 2e-5  # stop when the bracket is this narrow relative to its lower end
-# Each later pass probes the interpolated crossing and points this close to it (fractions of
-# the bracket), and points splitting the bracket in sixths: it narrows sixfold at worst.
-_FAN = np.array([-1e-4, 0.0, 1e-4])
-_SPLITS = np.arange(1, 6) / 6.0
-_SMOOTH = 8  # order statistics on each side averaged for the interpolation
+_SPLITS = np.arange(1, 8) / 8.0  # each later pass cuts the bracket in eighths
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +80,7 @@ class PercentileCrossing:
 
 @dataclass(frozen=True, slots=True)
 class _Probe:
-    """What the search needs to know about the targets at some rates."""
+    """Attainment of the targets at given rates."""
 
     params: ServiceParams
     server: ServerConfig
@@ -93,49 +89,27 @@ class _Probe:
     targets: tuple[PercentileTarget, ...]
     first_token: FirstToken
 
-    def margin(self, rates_rps: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Per rate, the least margin over the targets (for placing probes) and each target's
-        attainment (columns; `met` decides from these).
-
-        A target is attained when its attainment reaches q, that is when the q-quantile of the
-        step CDF is within the target. The margin, used only to place the next probes, is the
-        quantile's relative slack, (T - quantile) / T, for request-weighted metrics (an order
-        statistic, averaged with its neighbours: nearly continuous in the rate) and
-        attainment - q for per-token ITL (weighted by tokens; nearly continuous, as the
-        decode-only atoms stay put)."""
+    def attainment(self, rates_rps: FloatArray) -> FloatArray:
+        """Share within each target (columns) at each rate (rows): of requests, or of tokens
+        for per-token ITL."""
         s = setting(self.params, self.server, self.workload, self.table, rates_rps)
         metrics = tuple(dict.fromkeys(t.metric for t in self.targets))
         found = metric_values(s, metrics, self.first_token)
-        margins, shares = [], []
+        shares = []
         for t in self.targets:
             values, weights = found[t.metric]
             within = values <= t.target_ms
             if weights is None:
-                count = values.shape[1]
-                att = within.sum(axis=1) / count
-                # The mean of the order statistics around the q-th: smoother in the rate than
-                # the q-th alone, whose sample can jump.
-                k = min(max(int(np.ceil(t.quantile * count - 1e-9)) - 1, 0), count - 1)
-                a, b = max(k - _SMOOTH, 0), min(k + _SMOOTH, count - 1)
-                near = np.partition(values, (a, b), axis=1)[:, a : b + 1].mean(axis=1)
-                with np.errstate(invalid="ignore"):
-                    slack = (t.target_ms - near) / t.target_ms
-                margins.append(np.nan_to_num(slack, nan=-np.inf))
+                shares.append(within.sum(axis=1) / values.shape[1])
             else:
-                att = (weights * within).sum(axis=1) / weights.sum(axis=1)
-                margins.append(att - t.quantile)
-            shares.append(att)
-        return np.min(np.stack(margins, axis=1), axis=1), np.stack(shares, axis=1)
+                shares.append((weights * within).sum(axis=1) / weights.sum(axis=1))
+        return np.stack(shares, axis=1)
 
     def met(self, attainment: FloatArray) -> NDArray[np.bool_]:
         """Per rate: every target attained."""
         quant = np.array([t.quantile for t in self.targets])
         met = np.asarray((attainment >= quant).all(axis=1), dtype=bool)
         return met
-
-    def attainment(self, rates_rps: FloatArray) -> FloatArray:
-        """Attainment of each target (columns) at each rate (rows)."""
-        return self.margin(rates_rps)[1]
 
 
 def attainment_at(
@@ -166,7 +140,7 @@ def percentile_crossing(
     probe = _Probe(params, server, workload, table, tuple(targets), first_token)
     quant = np.array([t.quantile for t in probe.targets])
     grid = np.linspace(lo, hi, SCAN_POINTS)
-    margin, att = probe.margin(grid)
+    att = probe.attainment(grid)
     missed = ~probe.met(att)
     if not missed.any():
         return PercentileCrossing(rate_rps=hi, binding=None, attainment=tuple(att[-1]))
@@ -177,25 +151,23 @@ def percentile_crossing(
             rate_rps=None, binding=probe.targets[worst], attainment=tuple(att[0])
         )
     low, high = float(grid[j - 1]), float(grid[j])
-    m_low, m_high = float(margin[j - 1]), float(margin[j])
     att_low, att_high = att[j - 1], att[j]
+    # Probes depend only on the bracket, never on attainment values: a looser target, met
+    # wherever the tighter one is, then never ends below it.
     while high - low > REFINE_REL_WIDTH * low:
-        width = high - low
-        inside = m_low > 0.0 > m_high
-        guess = low + width * m_low / (m_low - m_high) if inside else low + width / 2
-        rates = np.unique(np.concatenate([guess + width * _FAN, low + width * _SPLITS]))
+        rates = low + (high - low) * _SPLITS
         rates = rates[(rates > low) & (rates < high)]
         if rates.size == 0:
             break
-        margin, att = probe.margin(rates)
+        att = probe.attainment(rates)
         missed = ~probe.met(att)
         if missed.any():
             k = int(np.argmax(missed))
-            high, m_high, att_high = float(rates[k]), float(margin[k]), att[k]
+            high, att_high = float(rates[k]), att[k]
             if k > 0:
-                low, m_low, att_low = float(rates[k - 1]), float(margin[k - 1]), att[k - 1]
+                low, att_low = float(rates[k - 1]), att[k - 1]
         else:
-            low, m_low, att_low = float(rates[-1]), float(margin[-1]), att[-1]
+            low, att_low = float(rates[-1]), att[-1]
     worst = int(np.argmin(att_high - quant))
     return PercentileCrossing(
         rate_rps=low, binding=probe.targets[worst], attainment=tuple(float(a) for a in att_low)

@@ -49,9 +49,13 @@ def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
 def gamma_quantile(mean: FloatArray, var: FloatArray, u: FloatArray) -> FloatArray:
     """Quantile at level u of the gamma law with this mean and variance (Wilson-Hilferty's
     cube-root normal approximation, floored at 0); the mean itself where the variance is 0."""
-    positive = (mean > 0.0) & (var > 0.0)
+    positive = (mean > 0.0) & (var > 0.0) & np.isfinite(mean)
     safe_mean = np.where(positive, mean, 1.0)
-    shape = np.where(positive, safe_mean * safe_mean / np.where(positive, var, 1.0), 1.0)
+    # mean / var and mean^2 / var without overflow: the shape k = mean^2 / var, kept in
+    # [1e-12, 1e12] (beyond it the law is a point or a spike at 0 for all practical purposes).
+    with np.errstate(over="ignore"):
+        ratio = np.where(positive, safe_mean / np.where(positive, var, 1.0), 1.0)
+        shape = np.clip(ratio * safe_mean, 1e-12, 1e12)
     c = 1.0 / (9.0 * shape)
     cube = np.maximum(1.0 - c + ndtri(u) * np.sqrt(c), 0.0) ** 3
     out: FloatArray = np.where(positive, safe_mean * cube, mean)
