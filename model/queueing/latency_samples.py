@@ -11,23 +11,29 @@ in c = ceil(n / (M - x)) chunks costs its own prefill work
 W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (kappa = 0 for the paper variant).
 
 TTFT of an arrival that finds i others (Poisson: the chain's pi_i; constant rate: see
-model/queueing/occupancy.py):
+model/queueing/occupancy.py), x = min(i, B - 1) of them decoding:
   * slot wait when i >= B: exponential with mean (1 + ca2) / 2 / (B / tau(B) - lambda) (exact for
     Poisson arrivals and the chain's geometric tail);
-  * residual of the iteration in progress: U D(x) when the engine is busy;
-  * wait for prefill work ahead (model/queueing/prefill_queue.py, GI/G/1);
-  * its own prefill, c D(x) + W_pref(n, c), x = min(i, B - 1);
-  * later arrivals that join its last chunk: lambda (residual + wait) E[W_pref] times the share
-    of a prompt that still fits the budget;
+  * the iteration in progress: prompts arriving during an iteration are admitted at the next,
+    so it lasts D(x) plus the prefill work of K prompts, K ~ Poisson(lambda E[T]) with
+    E[T] = D(x) / (1 - rho), length-biased; the arrival waits U of it. A constant-rate arrival
+    at light load instead waits out the previous arrival's prefill iteration, if still running;
+  * the prompts that arrived during its elapsed part go ahead of it; the wait for work ahead is
+    the larger of that and the prefill-work queue's (model/queueing/prefill_queue.py, GI/G/1),
+    which takes over when prompts back up beyond one iteration's budget;
+  * its own prefill: c D(x) + W_pref(n, c), c at least the budget's ceil(n / (M - x)) and the
+    chain's c(x + 1) for a mean-size prompt;
+  * arrivals during the rest of the iteration in progress join its iteration while the budget
+    M - x holds them;
   * FirstToken.AFTER_DECODE_ITERATION adds one decode iteration D(x) + d.
-Per-request ITL (a request's mean gap over its m - 1 gaps): alpha + (X_L + 1) d + W_L / (m - 1),
-with X_L the others' occupancy averaged over its lifetime L (Normal, variance Var(X) h(L / S),
-h(y) = 1 - y/3 for y <= 1 and 1/y - 1/(3 y^2) beyond: the M/G/inf autocorrelation with service
-S-bar) and W_L the prefill work landing within L (gamma with the compound-count mean and
-variance lambda L (ca2 E[W]^2 + Var W)); a mixture over the request's own output length.
-Per-token ITL: the gap of a token drawn in proportion to tokens emitted: state x weighted by
-x pi_x times the iteration rate; a share of iterations carries prefill work (one prompt, or
-two when the prefill queue is busy, capped at the budget), the rest are decode-only D(x).
+Per-request ITL (a request's mean gap over its m - 1 gaps): D(X_L + 1) / (1 - s), with X_L the
+others' occupancy averaged over its lifetime (gamma, variance Var(X) h(L / S), h(y) = 1 - y/3 for
+y <= 1 and 1/y - 1/(3 y^2) beyond: the M/G/inf autocorrelation with service S-bar) and s the
+share of its lifetime taken by others' prefill work (mean rho = lambda E[W_pref], spread of the
+compound arrival count, the lifetime stretching with it; capped at an iteration filled to the
+budget); a mixture over the request's own output length. Per-token ITL: decode-only gaps D(x)
+as exact atoms weighted by the tokens they carry, and prefill-carrying gaps drawn at the sample
+points (see itl_token_samples).
 """
 
 from __future__ import annotations
@@ -242,7 +248,7 @@ def itl_request_samples(s: Setting) -> FloatArray:
     mean_gap = s.decode_iteration_ms(mean_x + 1.0) / (1.0 - share)
     life = gaps[np.newaxis, :] * mean_gap[:, np.newaxis]
     h = _lifetime_variance_share(life, s.service_ms[:, np.newaxis])
-    # A gamma law (not Normal): its quantiles rise with the mean as the spread does.
+    # A gamma law (not Normal): never negative, and skewed like the count it stands for.
     x_life = np.minimum(gamma_quantile(mean_x[:, np.newaxis], var_x[:, np.newaxis] * h, u_x),
                         big_b - 1.0)
     # Share s of the lifetime spent on others' prefill work: the work landing in a window L

@@ -1,27 +1,31 @@
 """Latency percentiles from the calibrated chain: TTFT and the two kinds of ITL. Percentiles §1, §3.
 
 `latency_quantiles` evaluates each metric at a fixed quasi-random point set
-(model/queueing/latency_samples.py) and reads quantiles off the sorted values; `attainment` reads
-the share of requests (or tokens) within a target off the same values, as the linear inverse of
-the quantile function, so that attainment(t) >= q exactly when quantile(q) <= t.
+(model/queueing/latency_samples.py; per-token ITL with weights) and reads quantiles off the
+sorted values as a step function: the q-quantile is the smallest value whose cumulative share
+reaches q, and attainment at a target t is the share of values <= t, so attainment(t) >= q
+exactly when quantile(q) <= t (sizing decides on attainment).
 
 ITL comes in two kinds: per token, every inter-token gap (vLLM's inter_token_latency_seconds),
 where iterations carrying prefill work make the tail; and per request, each request's mean gap
 (request_time_per_output_token_seconds, GuideLLM, `vllm-sizer simulate`).
 
 Where this assembly and `analyze`'s mean assembly differ: both share the chain, the work terms
-and, by default, the first-token convention, and they agree at light load (p50 and the mean of
-a degenerate workload equal analyze's TTFT and ITL). Under load they part in four terms:
-  * prefill work queued ahead: here a GI/G/1 queue on prompt work; the refined mean has only a
-    length-biased residual and a collision term (C), the paper's mean none;
-  * the iteration in progress: here U D(x) with x the others decoding; the refined mean scales
-    its residual by an Allen-Cunneen factor;
+and, by default, the first-token convention, and they agree at light load (with length CVs 0
+at 1e-3 of saturation the means equal analyze's TTFT and ITL within 1 %, and so does the median
+wherever fewer than 2 % of arrivals find the engine busy). Under load they part in four terms:
+  * work ahead of a new prompt: here the prompts admitted with the iteration in progress and
+    those arriving during it (Poisson counts), or a GI/G/1 queue on prompt work when prompts back
+    up beyond a budget; the refined mean has a length-biased residual scaled by an Allen-Cunneen
+    factor and a collision term (C), the paper's mean neither;
+  * later arrivals joining the prompt's iteration: here counted while the budget holds them;
+    in the refined mean part of C;
   * the wait for a slot: here exponential per arrival; the means use W = L_q / Lambda;
-  * ITL: here decode iterations at the lifetime-averaged occupancy plus the prefill work landing
-    in the lifetime; the means take (S-bar - T_p) / m, which spreads every prompt's prefill
-    evenly over the decode steps.
+  * ITL: here decode iterations at the lifetime-averaged occupancy, stretched by the share of
+    the lifetime others' prefill work takes; the means take (S-bar - T_p) / m, which spreads
+    every prompt's prefill evenly over the decode steps.
 Accuracy is promised up to p99 (checked against the simulator by bench/percentiles.py); p99.9
-rests on two of the 2048 points and is indicative.
+rests on the one or two highest of the 1024 points and is indicative.
 """
 
 from __future__ import annotations
