@@ -37,12 +37,13 @@ lint: venv
 	$(VENV)/bin/ruff check model exporter tests bench
 	$(VENV)/bin/mypy
 
-# Speed and accuracy figures, printed and written to bench/results/*.json (about 15 min).
+# Speed and accuracy figures, printed and written to bench/results/*.json (about 35 min: percentiles.py simulates 128 runs).
 bench: venv
 	$(PY) bench/model_speed.py
 	$(PY) bench/tuner_speed.py
 	$(PY) bench/paper_table1.py
 	$(PY) bench/model_vs_sim.py
+	$(PY) bench/percentiles.py --jobs 2
 	$(PY) bench/closed_loop.py
 
 # A real vLLM (CPU build) on loopback; its virtualenv, model and logs are cached in

@@ -7,6 +7,13 @@ from model.calibration.verdict import SkipReason, TunerReason, TunerState, Tuner
 from model.queueing.analyzer import Analysis, analyze, analyze_points, max_rate
 from model.queueing.chunks import chunk_table
 from model.queueing.params import ServerConfig, ServiceParams, Workload
+from model.queueing.percentile_sizing import PercentileTarget
+from model.queueing.percentiles import (
+    FirstToken,
+    LatencyMetric,
+    LatencyQuantiles,
+    latency_quantiles,
+)
 from model.queueing.sizing import (
     Binding,
     ReplicaPlan,
@@ -31,6 +38,10 @@ __all__ = [
     "ModelOptions",
     "ModelVariant",
     "Binding",
+    "FirstToken",
+    "LatencyMetric",
+    "LatencyQuantiles",
+    "PercentileTarget",
     "ReplicaPlan",
     "SizingStatus",
     "SloCapacity",
@@ -52,6 +63,7 @@ __all__ = [
     "chunk_table",
     "fit",
     "initial_guess",
+    "latency_quantiles",
     "max_rate",
     "max_rate_for_slo",
     "replicas_for_slo",

@@ -190,17 +190,28 @@ def solve_chain(table: StateTable, rate_per_ms: FloatArray) -> ChainSolution:
     return ChainSolution(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in names})
 
 
-def _solve_block(table: StateTable, rate_per_ms: FloatArray, rows: slice) -> ChainSolution:
+def log_state_weights(
+    table: StateTable, rate_per_ms: FloatArray, rows: slice = slice(None)
+) -> tuple[FloatArray, FloatArray]:
+    """log p_i - log p_0 for i = 0..B, shape (rates, B+1), and log(lambda / mu_B), the log
+    ratio of successive states beyond B, per rate (req/ms, 1-D; `rows` of a per-row table)."""
     lam = rate_per_ms.reshape(-1, 1)
     cum_log_mu = table.cum_log_mu if table.rows == 1 else table.cum_log_mu[rows]
     log_mu_b = table.log_mu[:, -1:] if table.rows == 1 else table.log_mu[rows, -1:]
-    big_b = table.max_batch_size
-    states = np.arange(big_b + 1, dtype=np.float64)
+    states = np.arange(table.max_batch_size + 1, dtype=np.float64)
     # A zero rate becomes a tiny positive one: every p_i (i > 0) underflows to exactly 0.
     log_lam = np.log(np.maximum(lam, TINY_RATE))
     # log p_i - log p_0 = i log(lambda) - sum_{j<=i} log mu_j for i = 0..B.
     log_p = states * log_lam - cum_log_mu
     log_r = (log_lam - log_mu_b)[:, 0]  # log(lambda / mu_B): the ratio beyond B
+    return log_p, log_r
+
+
+def _solve_block(table: StateTable, rate_per_ms: FloatArray, rows: slice) -> ChainSolution:
+    lam = rate_per_ms.reshape(-1, 1)
+    big_b = table.max_batch_size
+    states = np.arange(big_b + 1, dtype=np.float64)
+    log_p, log_r = log_state_weights(table, rate_per_ms, rows)
     if table.max_queue_size is None:
         return _solve_infinite(lam[:, 0], log_p, log_r, states, big_b)
     return _solve_finite(log_p, log_r, states, big_b, table.max_queue_size)

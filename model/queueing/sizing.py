@@ -12,7 +12,8 @@ narrower than the 1e-5 accuracy asked for.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -20,6 +21,12 @@ import numpy as np
 from model.queueing.analyzer import MAX_RATE_FRACTION, Analysis, analyze_table
 from model.queueing.chain import StateTable, workload_table
 from model.queueing.params import ServerConfig, ServiceParams, Workload
+from model.queueing.percentile_sizing import (
+    PercentileTarget,
+    attainment_at,
+    percentile_crossing,
+)
+from model.queueing.percentiles import FirstToken, LatencyMetric
 from model.queueing.validation import (
     require_int_at_least,
     require_non_negative,
@@ -76,6 +83,18 @@ class SloCapacity:
     max_rate_rps: float
     min_rate_rps: float
     analysis: Analysis  # the model at rate_rps (at the lowest searched rate when infeasible)
+    # Percentile targets (sizing with `percentiles`): the one that binds, else None, and each
+    # target's attainment at rate_rps (at the lowest searched rate when infeasible).
+    binding_target: PercentileTarget | None = None
+    attainment: tuple[float, ...] = ()
+
+    @property
+    def binding_name(self) -> str:
+        """The binding target by name: 'ttft_p95', 'itl_per_token_p99', ... for a percentile
+        target, 'ttft_mean' or 'itl_mean' for a mean one, 'max_rate' for the capacity."""
+        if self.binding_target is not None:
+            return self.binding_target.name
+        return {Binding.TTFT: "ttft_mean", Binding.ITL: "itl_mean"}.get(self.binding, "max_rate")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,12 +173,79 @@ def max_rate_for_slo(
     itl_ms: float | None = None,
     *,
     options: ModelOptions = DEFAULT_MODEL,
+    percentiles: Sequence[PercentileTarget] = (),
+    first_token: FirstToken = FirstToken.AFTER_DECODE_ITERATION,
 ) -> SloCapacity:
-    """Largest per-replica rate (req/s) whose TTFT and ITL (ms) stay within the given targets."""
+    """Largest per-replica rate (req/s) whose mean TTFT and ITL (ms) stay within the given
+    targets and at which every percentile target is attained (model/queueing/percentile_sizing.py;
+    `first_token` is the convention of their TTFT). Without percentile targets this is the
+    mean-only search, unchanged."""
     ttft_target = require_optional_target("ttft_ms", ttft_ms)
     itl_target = require_optional_target("itl_ms", itl_ms)
     table = workload_table(params, server, workload, options=options)
-    return slo_capacity(table, ttft_target, itl_target)
+    capacity = slo_capacity(table, ttft_target, itl_target)
+    if not percentiles:
+        return capacity
+    return with_percentiles(
+        capacity, params, server, workload, table, _targets(percentiles), FirstToken(first_token)
+    )
+
+
+def _targets(percentiles: Sequence[PercentileTarget]) -> tuple[PercentileTarget, ...]:
+    targets = tuple(percentiles)
+    for target in targets:
+        if not isinstance(target, PercentileTarget):
+            raise ValueError(f"`percentiles` must hold PercentileTarget values, got {target!r}")
+    return targets
+
+
+def with_percentiles(
+    capacity: SloCapacity,
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    table: StateTable,
+    targets: tuple[PercentileTarget, ...],
+    first_token: FirstToken,
+) -> SloCapacity:
+    """The mean-target capacity lowered to where the percentile targets stop being met."""
+    if not capacity.feasible:
+        return capacity
+    found = percentile_crossing(
+        params, server, workload, table, targets, first_token,
+        capacity.min_rate_rps, capacity.max_rate_rps,
+    )
+    if found.rate_rps is None:
+        assert found.binding is not None
+        ttft = found.binding.metric is LatencyMetric.TTFT
+        status = SizingStatus.TTFT_INFEASIBLE if ttft else SizingStatus.ITL_INFEASIBLE
+        return replace(
+            capacity,
+            feasible=False,
+            status=status,
+            message=SIZING_MESSAGES[status],
+            rate_rps=0.0,
+            binding=Binding.TTFT if ttft else Binding.ITL,
+            analysis=analyze_table(table, np.asarray(capacity.min_rate_rps)),
+            binding_target=found.binding,
+            attainment=found.attainment,
+        )
+    if found.rate_rps >= capacity.rate_rps:
+        # The mean targets (or the capacity) bind: report the attainment at their rate.
+        at = attainment_at(
+            params, server, workload, table, targets, first_token, capacity.rate_rps
+        )
+        return replace(capacity, attainment=at)
+    assert found.binding is not None
+    ttft = found.binding.metric is LatencyMetric.TTFT
+    return replace(
+        capacity,
+        rate_rps=found.rate_rps,
+        binding=Binding.TTFT if ttft else Binding.ITL,
+        analysis=analyze_table(table, np.asarray(found.rate_rps)),
+        binding_target=found.binding,
+        attainment=found.attainment,
+    )
 
 
 def slo_capacity(
@@ -224,6 +310,8 @@ def replicas_for_slo(
     max_replicas: int | None = None,
     *,
     options: ModelOptions = DEFAULT_MODEL,
+    percentiles: Sequence[PercentileTarget] = (),
+    first_token: FirstToken = FirstToken.AFTER_DECODE_ITERATION,
 ) -> ReplicaPlan:
     """Replicas needed so that total_rate_rps, split evenly, meets the targets. Spec §9.
 
@@ -236,6 +324,11 @@ def replicas_for_slo(
     high = None if max_replicas is None else require_int_at_least("max_replicas", max_replicas, low)
     table = workload_table(params, server, workload, options=options)
     capacity = slo_capacity(table, ttft_target, itl_target)
+    if percentiles:
+        capacity = with_percentiles(
+            capacity, params, server, workload, table, _targets(percentiles),
+            FirstToken(first_token),
+        )
     return plan_replicas(table, capacity, total, low, high)
 
 

@@ -10,6 +10,10 @@ import model
 CORE = {
     "Analysis",
     "Binding",
+    "FirstToken",
+    "LatencyMetric",
+    "LatencyQuantiles",
+    "PercentileTarget",
     "ReplicaPlan",
     "ServerConfig",
     "ServiceParams",
@@ -18,6 +22,7 @@ CORE = {
     "Workload",
     "analyze",
     "chunk_table",
+    "latency_quantiles",
     "max_rate",
     "max_rate_for_slo",
     "replicas_for_slo",

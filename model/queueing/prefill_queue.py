@@ -1,0 +1,96 @@
+"""The prefill-work queue: how long an arriving prompt waits for prompt work queued ahead of it.
+Percentiles §3.
+
+vLLM admits waiting prompts first come first served into each iteration's token budget, so seen
+from the prompts the engine is one server working through prefill work. A prompt of n tokens,
+with x requests decoding beside it, costs its own compute beta n + gamma n (plus attention in
+the refined variant) and the share n / (M - x) of the decode iteration D(x) it rides on:
+
+    S(n) = W_pref(n) + D(x) n / (M - x)                                      (ms)
+
+`prompt_service_ms` gives S per prompt; `prefill_work_queue` turns the moments of S and the
+arrival process into the wait of a GI/G/1 queue. Utilisation rho = lambda E[S]; the wait is
+positive with probability rho and has an exponential tail whose mean is Kingman's,
+
+    E[W] = rho / (1 - rho) (ca2 + cs2) / 2 E[S],   P(W > t) = rho exp(-t rho / E[W]),
+
+with ca2 the squared CV of the inter-arrival times (1 Poisson, where E[W] is
+Pollaczek-Khinchine's exactly; 0 constant rate; larger for bursty traffic) and cs2 = Var S / E[S]^2.
+A utilisation of 1 or more has no steady state: every wait is +inf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillWait:
+    """Wait (ms) of an arriving prompt for the prefill work ahead of it, per rate (1-D)."""
+
+    utilization: FloatArray  # rho = lambda E[S]
+    delay_prob: FloatArray  # P(W > 0); 1 when unstable
+    tail_ms: FloatArray  # mean of W given W > 0; +inf when unstable
+
+    @property
+    def stable(self) -> NDArray[np.bool_]:
+        stable: NDArray[np.bool_] = self.utilization < 1.0
+        return stable
+
+    @property
+    def mean_ms(self) -> FloatArray:
+        """E[W] (ms), +inf when unstable."""
+        mean: FloatArray = self.delay_prob * self.tail_ms
+        return mean
+
+    def quantile_ms(self, u: FloatArray) -> FloatArray:
+        """W at probability level u in [0, 1) (last axis, broadcast against the rates on the
+        first): 0 up to 1 - P(W > 0), the exponential tail beyond."""
+        p = self.delay_prob[:, np.newaxis]
+        tail = self.tail_ms[:, np.newaxis]
+        above = np.maximum(1.0 - u, 1e-300) / np.maximum(p, 1e-300)
+        with np.errstate(invalid="ignore"):  # inf tail x 0 when the wait is certainly 0
+            wait = np.where(u > 1.0 - p, -tail * np.log(np.minimum(above, 1.0)), 0.0)
+        out: FloatArray = np.where(self.stable[:, np.newaxis], wait, np.inf)
+        return out
+
+
+def prompt_service_ms(
+    prefill_work_ms: FloatArray,
+    prompt_tokens: FloatArray,
+    decode_iteration_ms: FloatArray,
+    decoding: FloatArray,
+    budget_tokens: int,
+) -> FloatArray:
+    """S = W_pref + D(x) n / (M - x): a prompt's work on the prefill server (ms), from its own
+    prefill work W_pref (ms), its n tokens, the decode iteration D(x) (ms) of the x requests
+    decoding beside it and the token budget M. Arrays broadcast."""
+    room = np.maximum(budget_tokens - decoding, 1.0)
+    service: FloatArray = prefill_work_ms + decode_iteration_ms * prompt_tokens / room
+    return service
+
+
+def prefill_work_queue(
+    rate_per_ms: FloatArray,
+    service_mean_ms: FloatArray,
+    service_scv: FloatArray,
+    arrival_scv: float,
+) -> PrefillWait:
+    """GI/G/1 wait for prefill work at each arrival rate (req/ms, 1-D), from the mean (ms) and
+    squared CV of the prompt service S (per rate) and the squared CV of inter-arrival times."""
+    rho = rate_per_ms * service_mean_ms
+    stable = rho < 1.0
+    safe = np.where(stable, rho, 0.5)
+    mean_wait = safe / (1.0 - safe) * (arrival_scv + service_scv) / 2.0 * service_mean_ms
+    positive = safe > 0.0
+    tail = np.where(positive, mean_wait / np.where(positive, safe, 1.0), 0.0)
+    return PrefillWait(
+        utilization=rho,
+        delay_prob=np.where(stable, rho, 1.0),
+        tail_ms=np.where(stable, tail, np.inf),
+    )
