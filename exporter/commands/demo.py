@@ -76,23 +76,31 @@ class FleetSource:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    demo = sub.add_parser("demo", help="the embedded demo: emulated vLLM fleet + real daemon")
+    """Add the `demo` subcommand."""
+    demo = sub.add_parser(
+        "demo",
+        help="the embedded demo: emulated vLLM fleet + real daemon",
+        description="The `make run` demo: emulated vLLM replicas under the paper's 44-minute "
+        "load profile in compressed time, sized by the real daemon, whose recommendation is "
+        "applied to the fleet after a startup delay. Prints one line per cycle and a summary, "
+        "and writes OUT/demo.png.",
+    )
     demo.add_argument(
         "--time-scale",
         type=number_flag(0.0, MAX_TIME_SCALE, low_inclusive=False),
         default=15.0,
-        help="simulated seconds per wall second (default 15: 44 min in ~3 min)",
+        help="simulated seconds per wall second; 15 runs the 44 minutes in about 3",
     )
     demo.add_argument(
         "--minutes",
         type=number_flag(CYCLE_S / 60.0, PROFILE_MINUTES),  # at least one cycle
         default=PROFILE_MINUTES,
-        help=f"simulated minutes of the paper's profile to run (default all {PROFILE_MINUTES:g})",
+        help="simulated minutes of the paper's profile to run",
     )
-    demo.add_argument("--seed", type=int_flag(0), default=1)
-    demo.add_argument("--out", type=Path, default=Path("run"), help="where the PNG goes")
+    demo.add_argument("--seed", type=int_flag(0), default=1, help="random seed of the workload")
+    demo.add_argument("--out", type=Path, default=Path("run"), help="directory of demo.png")
     demo.add_argument(
-        "--port", type=int_flag(0, 65535), default=0, help="daemon HTTP port (0 = any free)"
+        "--port", type=int_flag(0, 65535), default=0, help="daemon HTTP port (0: any free port)"
     )
     demo.set_defaults(func=run_demo)
 

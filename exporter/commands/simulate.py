@@ -56,11 +56,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                 description=_run_simulate.__doc__)
     add_fleet_options(sim)
     sim.add_argument("--rates", type=_rates, default="1,2,4,8",
-                     help="comma-separated Poisson rates, req/s")
+                     help="comma-separated arrival rates of the whole fleet, req/s, one run each")
     sim.add_argument("--duration-s", type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
-                     default=600.0, help="arrivals per rate, s")
+                     default=600.0, help="simulated seconds of arrivals at each rate")
     sim.add_argument("--warmup-s", type=number_flag(0.0, MAX_DURATION_S), default=60.0,
-                     help="arrivals ignored at start, s")
+                     help="simulated seconds at the start of each rate whose arrivals the "
+                          "statistics leave out")
     sim.add_argument("--csv", type=output_file, help="write the table as CSV here")
     sim.add_argument("--trace", type=input_file,
                      help="replay requests from a CSV (arrival_s, input_tokens, output_tokens)")
