@@ -47,7 +47,7 @@ from exporter.recommender import (
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
-from model import Workload
+from model import TunerReason, Workload
 from model.calibration.observation import Observation
 
 logger = logging.getLogger(__name__)
@@ -375,8 +375,8 @@ def _fmt(value: float | None) -> str:
 
 def _tuner_text(runtime: DeploymentRuntime) -> str:
     """The tuner's state, with its reason unless the fit was simply accepted."""
-    state, reason = runtime.tuner.state.value, runtime.tuner.reason.value
-    return state if reason == "accepted" else f"{state}({reason})"
+    state, reason = runtime.tuner.state, runtime.tuner.reason
+    return state.value if reason is TunerReason.ACCEPTED else f"{state.value}({reason.value})"
 
 
 Reads = tuple[SourceRead | None, SourceRead]  # (one period back, if the source can; now)
