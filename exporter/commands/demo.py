@@ -177,6 +177,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(HEADER)
         try:
             next_s = CYCLE_S
+            explained: set[tuple[str, str]] = set()
             while next_s <= duration_s:
                 wait_wall = (next_s - fleet.sim_time_s) / args.time_scale
                 if wait_wall > 0:
@@ -184,10 +185,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 if fleet.error is not None:
                     raise RuntimeError(f"emulator stopped: {fleet.error}")
                 row = _cycle(daemon, fleet, profile)
-                if not rows or (row.tuner, row.tuner_reason) != (
-                    rows[-1].tuner,
-                    rows[-1].tuner_reason,
-                ):
+                if (row.tuner, row.tuner_reason) not in explained:  # once each: no flapping
+                    explained.add((row.tuner, row.tuner_reason))
                     print(tuner_note(row))
                 rows.append(row)
                 print(line(row), flush=True)

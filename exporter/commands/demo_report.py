@@ -81,7 +81,7 @@ def line(r: CycleRow) -> str:
 
 
 def tuner_note(r: CycleRow) -> str:
-    """The line printed when the tuner's state or reason changes: what it now means."""
+    """The line printed the first time the tuner is in a state for a reason: what it means."""
     return f"{'':7}tuner {r.tuner}: {TUNER_MESSAGES[TunerReason(r.tuner_reason)]}"
 
 
