@@ -166,12 +166,13 @@ def load_trace_csv(path: Path) -> RequestTrace:
         arrival = np.array([float(r["arrival_s"]) for r in rows])
         n_in = np.array([int(r["input_tokens"]) for r in rows], dtype=np.int64)
         n_out = np.array([int(r["output_tokens"]) for r in rows], dtype=np.int64)
+        order = np.argsort(arrival, kind="stable")
+        return RequestTrace(arrival[order], n_in[order], n_out[order])
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(
-            f"{path}: a trace needs numeric columns arrival_s, input_tokens, output_tokens ({exc})"
+            f"argument --trace: {path}: needs numeric columns arrival_s, input_tokens, "
+            f"output_tokens ({exc})"
         ) from exc
-    order = np.argsort(arrival, kind="stable")
-    return RequestTrace(arrival[order], n_in[order], n_out[order])
 
 
 def _summary(prefix: str, values: NDArray[np.float64]) -> dict[str, float]:
