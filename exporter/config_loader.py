@@ -10,6 +10,7 @@ from exporter.config import (
     DEFAULT_CYCLE_PERIOD_S,
     DEFAULT_LISTEN_HOST,
     DEFAULT_LISTEN_PORT,
+    DEFAULT_MAX_RESPONSE_MIB,
     DEFAULT_MIN_OBSERVATIONS,
     DEFAULT_PROMETHEUS_TIMEOUT_S,
     DEFAULT_SCRAPE_TIMEOUT_S,
@@ -22,8 +23,10 @@ from exporter.config import (
     MAX_NUM_SEQS,
     MAX_QUEUE_SIZE,
     MAX_REPLICAS,
+    MAX_RESPONSE_MIB,
     MAX_STABILIZATION_S,
     MAX_TUNER_WINDOW,
+    MIB,
     MIN_CYCLE_PERIOD_S,
     Config,
     DeploymentConfig,
@@ -67,6 +70,7 @@ def parse_config(data: Any) -> Config:
             "state_file",
             "log_level",
             "prometheus",
+            "max_response_mib",
             "deployments",
         },
     )
@@ -92,6 +96,14 @@ def parse_config(data: Any) -> Config:
     log_level = r.get(
         top, "log_level", "", choice(LOG_LEVELS), f"must be one of {', '.join(LOG_LEVELS)}", "info"
     )
+    max_response_mib = r.get(
+        top,
+        "max_response_mib",
+        "",
+        integer(1, MAX_RESPONSE_MIB),
+        f"must be an integer >= 1 and <= {MAX_RESPONSE_MIB} (MiB)",
+        DEFAULT_MAX_RESPONSE_MIB,
+    )
     prometheus = _prometheus(r, top.get("prometheus"))
     deployments = _deployments(r, top.get("deployments"), prometheus)
     if r.problems:
@@ -103,6 +115,7 @@ def parse_config(data: Any) -> Config:
         state_file=state_file,
         log_level=log_level,
         prometheus=prometheus,
+        max_response_bytes=max_response_mib * MIB,
         deployments=tuple(deployments),
     )
 

@@ -17,8 +17,10 @@ from exporter.config import (
     MAX_NUM_SEQS,
     MAX_QUEUE_SIZE,
     MAX_REPLICAS,
+    MAX_RESPONSE_MIB,
     MAX_STABILIZATION_S,
     MAX_TUNER_WINDOW,
+    MIB,
 )
 from exporter.config_checks import MAX_PROBLEMS_SHOWN, SHOWN_CHARS
 from exporter.config_loader import parse_config
@@ -139,3 +141,20 @@ def test_a_file_of_many_bad_keys_lists_a_bounded_number() -> None:
     found = problems(data)
     assert len(found) == MAX_PROBLEMS_SHOWN + 1
     assert re.fullmatch(r"\(document\): \d+ more problems", found[-1])
+
+
+def test_the_response_body_cap_is_32_mib_unless_configured() -> None:
+    assert parse_config({"deployments": [deployment()]}).max_response_bytes == 32 * MIB
+    config = parse_config({"max_response_mib": 1, "deployments": [deployment()]})
+    assert config.max_response_bytes == MIB
+    top = parse_config({"max_response_mib": MAX_RESPONSE_MIB, "deployments": [deployment()]})
+    assert top.max_response_bytes == MAX_RESPONSE_MIB * MIB
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_RESPONSE_MIB + 1, 10**400, 1.5, "32", True])
+def test_the_response_body_cap_has_a_range(value: object) -> None:
+    found = problems({"max_response_mib": value, "deployments": [deployment()]})
+    assert found[0].startswith(
+        f"max_response_mib: must be an integer >= 1 and <= {MAX_RESPONSE_MIB} (MiB)"
+    ), found
+    assert len(found[0]) < 2 * SHOWN_CHARS + 200

@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
-from exporter.daemon import Daemon
+from exporter.config import MIB, Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon import Daemon, build_sources
 from exporter.errors import FailureReason
 from exporter.reading.observations import WindowTracker
 from exporter.reading.pod_observation import Problem
@@ -242,3 +242,15 @@ def test_restored_history_is_clamped_to_the_bounds_and_the_window(tmp_path: Path
     now = T0
     rec.restore({"history": [[now - 10, 10], [now + 3600, 1000], [now - 900, 9]]}, now)
     assert rec.to_dict() == {"history": [[now - 10, 8]]}
+
+
+@pytest.mark.parametrize(("cap_mib", "too_large"), [(1, True), (4, False)])
+def test_the_configured_body_cap_bounds_every_scrape(cap_mib: int, too_large: bool) -> None:
+    body = "# a comment line of a 2 MiB exposition\n" * (2 * MIB // 40)
+    with FaultServer(Fault.SERVE, [body]) as server:
+        config = Config(
+            max_response_bytes=cap_mib * MIB, deployments=(deployment("big", server.url),)
+        )
+        read = build_sources(config, ManualClock(T0))["big"].read()
+    reasons = [f.reason for f in read.failures]
+    assert (FailureReason.BODY_TOO_LARGE in reasons) is too_large, reasons
