@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from prometheus_client import CollectorRegistry
@@ -146,10 +146,9 @@ class Daemon:
         now_s = self._clock.time()
         reads = self._read_all(now_s - self.config.cycle_period_s)
         statuses: list[DeploymentStatus] = []
-        observed_any = False
         for runtime in self.runtimes.values():
             try:
-                observed_any |= self._cycle_deployment(runtime, now_s, reads[runtime.config.name])
+                self._cycle_deployment(runtime, now_s, reads[runtime.config.name])
             except Exception:  # the per-deployment guard, the only catch-all: never stop the cycle
                 logger.exception("%s: cycle failed", runtime.config.name)
                 dep = runtime.config
@@ -161,10 +160,10 @@ class Daemon:
         snapshot = CycleSnapshot(tuple(statuses))
         self.collector.publish(snapshot)
         self._save()
-        if observed_any:
+        outcome = cycle_outcome([runtime.observation for runtime in self.runtimes.values()])
+        if outcome is CycleOutcome.OK:
             self.metrics.last_success.set(self._wall_clock.time())
             self._last_success_mono = self._clock.monotonic()
-        outcome = CycleOutcome.OK if observed_any else CycleOutcome.FAILED
         self.metrics.observe_cycle(self._wall_clock.monotonic() - start, outcome)
         return snapshot
 
@@ -188,7 +187,9 @@ class Daemon:
 
     def _cycle_deployment(
         self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]
-    ) -> bool:
+    ) -> None:
+        """Observe, tune and decide for one deployment; `runtime.observation` is this cycle's
+        (None when its source failed)."""
         dep = runtime.config
         try:
             if not future.done():
@@ -202,7 +203,7 @@ class Daemon:
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
             runtime.observation = None
             self._log(runtime, runtime.recommender.decide(now_s, None, runtime.params, None))
-            return False
+            return
         if history is not None and not runtime.tracker.primed:
             runtime.tracker.observe(history)  # the first cycle already closes a whole window
         for failure in read.failures:
@@ -225,7 +226,6 @@ class Daemon:
             now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias()
         )
         self._log(runtime, decision)
-        return obs.success
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
         """Feed one per-replica observation to the tuner when the window is steady and has
@@ -364,6 +364,16 @@ class Daemon:
     def _restore(self) -> None:
         if self._statefile is not None:
             restore_state(self._statefile.load(), self.runtimes, self._clock.time())
+
+
+def cycle_outcome(observations: Sequence[DeploymentObservation | None]) -> CycleOutcome:
+    """OK when any deployment was observed; WARMING_UP when none was but one only waits for a
+    second read of its pods (a first cycle is not a failure); FAILED otherwise."""
+    if any(obs is not None and obs.success for obs in observations):
+        return CycleOutcome.OK
+    if any(obs is not None and obs.status is ObservationStatus.WARMING_UP for obs in observations):
+        return CycleOutcome.WARMING_UP
+    return CycleOutcome.FAILED
 
 
 def _fmt(value: float | None) -> str:

@@ -25,7 +25,10 @@ class CycleOutcome(StrEnum):
     """How a cycle ended; exported label values."""
 
     OK = "ok"  # at least one deployment was observed
-    FAILED = "failed"  # no deployment was observed
+    # None observed, but pods were read that have no earlier sample to close a window with:
+    # the first cycle after a start, or the first read after every read had failed.
+    WARMING_UP = "warming_up"
+    FAILED = "failed"  # no deployment was observed, and none is warming up
 
 
 class SkippedEvent(StrEnum):
