@@ -55,9 +55,10 @@ logger = logging.getLogger(__name__)
 # fed to the tuner: the model describes steady state, and latencies lag a load step.
 MAX_RATE_CHANGE = 0.25
 
-# Reads of all deployments run in parallel on this many threads; a cycle waits for them at most
-# this share of its period (each fetch has its own, shorter deadline besides).
-READ_WORKERS = 16
+# Reads of all deployments run in parallel, one reader thread per deployment at most (started
+# only while every other one is busy), so no number of hanging sources can hold up another
+# deployment's read; a cycle waits for them at most this share of its period (each fetch has
+# its own deadline besides).
 READ_DEADLINE = 0.8
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
@@ -121,7 +122,7 @@ class Daemon:
         registry.register(self.collector)
         self.metrics = OperationMetrics(registry, config.deployments)
         self._readers = ThreadPoolExecutor(
-            max_workers=min(READ_WORKERS, max(1, len(config.deployments))),
+            max_workers=max(1, len(config.deployments)),
             thread_name_prefix="vllm-sizer-read",
         )
         self._last_success_mono: float | None = None

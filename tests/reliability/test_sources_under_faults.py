@@ -118,6 +118,30 @@ def test_one_dripping_pod_does_not_hold_up_another_deployment() -> None:
         daemon.close()
 
 
+def test_many_hanging_sources_do_not_hold_up_a_healthy_one() -> None:
+    """More hanging deployments than any fixed pool of reader threads, each with a deadline
+    near the period: the healthy deployment, listed last, is still read within the cycle."""
+    with (
+        FaultServer(Fault.SERVE, [render(PodTotals())]) as healthy,
+        FaultServer(Fault.HANG, max_seconds=10.0) as hang,
+    ):
+        slow = tuple(
+            deployment(f"hang-{k}", hang.url, source=SourceConfig(
+                scrape_urls=(hang.url,), scrape_timeout_s=3.5))
+            for k in range(20)
+        )  # fmt: skip
+        config = Config(cycle_period_s=4.0, deployments=(*slow, deployment("good", healthy.url)))
+        clock = ManualClock(T0)
+        daemon = Daemon(config, build_sources(config, clock), CollectorRegistry(), clock)
+        start = time.monotonic()
+        snapshot = daemon.run_cycle()
+        elapsed = time.monotonic() - start
+        daemon.close()
+    good = next(s for s in snapshot.deployments if s.deployment == "good")
+    assert good.source_up, "the healthy deployment's read waited behind the hanging ones"
+    assert elapsed < 4.0
+
+
 def exposition(totals: PodTotals, started_s: float) -> str:
     return render(replace(totals, process_start_s=started_s))
 
