@@ -34,6 +34,9 @@ MAX_QUEUE_SIZE = 100_000
 MAX_TUNER_WINDOW = 1_000  # also bounds tuner.min_observations
 MAX_REPLICAS = 10_000
 MAX_RESPONSE_MIB = 1024  # the cap itself is held in memory while it is read
+# A read's deadline (scrape_timeout_s, prometheus.timeout_s): beyond this no wait is meaningful,
+# and a far larger one overflows the platform's timers, failing every read.
+MAX_TIMEOUT_S = 3600.0
 # The HPA's own limit for a stabilization window; the history holds one entry per cycle of it.
 MAX_STABILIZATION_S = 3600.0
 # A fit evaluates the model on a table of tuner.window x (max_num_seqs + max_queue_size) floats,

@@ -25,6 +25,7 @@ from exporter.config import (
     MAX_REPLICAS,
     MAX_RESPONSE_MIB,
     MAX_STABILIZATION_S,
+    MAX_TIMEOUT_S,
     MAX_TUNER_WINDOW,
     MIB,
     MIN_CYCLE_PERIOD_S,
@@ -153,8 +154,8 @@ def _prometheus(r: KeyReader, node: Any) -> PrometheusConfig | None:
         m,
         "timeout_s",
         path,
-        number(0.0),
-        "must be a number > 0 (seconds)",
+        number(0.0, MAX_TIMEOUT_S),
+        f"must be a number > 0 and <= {MAX_TIMEOUT_S:g} (seconds)",
         DEFAULT_PROMETHEUS_TIMEOUT_S,
     )
     return PrometheusConfig(url or "http://invalid", token, ca, timeout)
@@ -282,8 +283,8 @@ def _source(
         m,
         "scrape_timeout_s",
         path,
-        number(0.0),
-        "must be a number > 0 (seconds)",
+        number(0.0, MAX_TIMEOUT_S),
+        f"must be a number > 0 and <= {MAX_TIMEOUT_S:g} (seconds)",
         DEFAULT_SCRAPE_TIMEOUT_S,
     )
     if "scrape_urls" in m:

@@ -19,6 +19,7 @@ from exporter.config import (
     MAX_REPLICAS,
     MAX_RESPONSE_MIB,
     MAX_STABILIZATION_S,
+    MAX_TIMEOUT_S,
     MAX_TUNER_WINDOW,
     MIB,
 )
@@ -62,6 +63,9 @@ TOO_LARGE = [
     ),
     ({"replicas": {"max": 10**9}}, "replicas.max", MAX_REPLICAS),
     ({"scale_down_stabilization_s": 10**9}, "scale_down_stabilization_s", MAX_STABILIZATION_S),
+    # Larger deadlines overflow the platform's timers: every read would fail.
+    ({"source": {"scrape_urls": ["http://x/"], "scrape_timeout_s": 1e12}},
+     "source.scrape_timeout_s", MAX_TIMEOUT_S),  # fmt: skip
     # Each factor within its bound, their product not: 16384 x 1000 cells per fit.
     (
         {"server": {"max_num_seqs": MAX_NUM_SEQS}, "tuner": {"window": MAX_TUNER_WINDOW}},
@@ -158,3 +162,10 @@ def test_the_response_body_cap_has_a_range(value: object) -> None:
         f"max_response_mib: must be an integer >= 1 and <= {MAX_RESPONSE_MIB} (MiB)"
     ), found
     assert len(found[0]) < 2 * SHOWN_CHARS + 200
+
+
+def test_the_prometheus_timeout_is_bounded() -> None:
+    found = problems({"prometheus": {"url": "http://p:9090", "timeout_s": 1e12},
+                      "deployments": [deployment()]})  # fmt: skip
+    assert found == [f"prometheus.timeout_s: must be a number > 0 and <= {MAX_TIMEOUT_S:g} "
+                     "(seconds), got 1000000000000.0"]  # fmt: skip
