@@ -28,7 +28,7 @@ from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
 from exporter.forecast import forecast
 from exporter.log_lines import FailureStreaks, log_unexpected
-from exporter.operation_metrics import CycleOutcome, OperationMetrics
+from exporter.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.reading.demand import DemandRead, DemandSource, DemandWatch, read_demand
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.reading.pod_observation import Problem
@@ -51,9 +51,10 @@ logger = logging.getLogger(__name__)
 # fed to the tuner: the model describes steady state, and latencies lag a load step.
 MAX_RATE_CHANGE = 0.25
 
-# Reads of all deployments run in parallel on this many threads; a cycle waits for them at most
-# this share of its period (each fetch has its own, shorter deadline besides).
-READ_WORKERS = 16
+# Reads of all deployments run in parallel, one reader thread per deployment at most (started
+# only while every other one is busy), so no number of hanging sources can hold up another
+# deployment's read; a cycle waits for them at most this share of its period (each fetch has
+# its own deadline besides).
 READ_DEADLINE = 0.8
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
@@ -93,7 +94,7 @@ class Daemon:
         self.metrics = OperationMetrics(registry, config.deployments)
         self._failures = FailureStreaks(logger)
         self._readers = ThreadPoolExecutor(
-            max_workers=min(READ_WORKERS, max(1, len(config.deployments))),
+            max_workers=max(1, len(config.deployments)),
             thread_name_prefix="vllm-sizer-read",
         )
         self._last_success_mono: float | None = None
@@ -131,14 +132,17 @@ class Daemon:
                     dep.name, dep.source.kind, FailureReason.INTERNAL
                 ).inc()
                 runtime.observation = None
-            statuses.append(self._status(runtime))
+            if runtime.recommender.last is not None:  # a first cycle that failed has none to show
+                statuses.append(self._status(runtime))
         snapshot = CycleSnapshot(tuple(statuses))
         self.collector.publish(snapshot)
         self._save()
+        outcome = cycle_outcome(
+            observed_any, [runtime.observation for runtime in self.runtimes.values()]
+        )
         if observed_any:
             self.metrics.last_success.set(self._wall_clock.time())
             self._last_success_mono = self._clock.monotonic()
-        outcome = CycleOutcome.OK if observed_any else CycleOutcome.FAILED
         self.metrics.observe_cycle(self._wall_clock.monotonic() - start, outcome)
         return snapshot
 
@@ -163,6 +167,8 @@ class Daemon:
     def _cycle_deployment(
         self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]
     ) -> bool:
+        """Observe, tune and decide for one deployment; `runtime.observation` is this cycle's
+        (None when its source failed). True when the deployment was observed."""
         dep = runtime.config
         reads = future.result() if future.done() else None
         demand = self._demand(runtime, reads)
@@ -269,7 +275,7 @@ class Daemon:
     def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
         dep, obs = runtime.config, runtime.observation
         decision = runtime.recommender.last
-        assert decision is not None
+        assert decision is not None  # run_cycle publishes only deployments with a decision
         fit = runtime.tuner.last_fit
         return DeploymentStatus(
             deployment=dep.name,

@@ -5,6 +5,7 @@ is one ERROR line with its cause, the traceback at DEBUG only."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -74,6 +75,26 @@ def test_an_unexpected_error_is_one_line_with_its_cause(  # type: ignore[no-unty
     assert [r.getMessage() for r in errors] == ["llama: cycle failed: RuntimeError: boom"]
     assert errors[0].exc_info is None
     assert [r.levelno for r in caplog.records if r.exc_info] == [logging.DEBUG]
+
+
+def test_an_unexpected_error_in_a_first_cycle_publishes_the_other_deployments(  # type: ignore[no-untyped-def]
+    fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulated, clock = fleet
+    two = replace(config(), deployments=(config().deployments[0], replace(
+        config().deployments[0], name="other")))  # fmt: skip
+    source = FleetSource(emulated)
+    daemon = Daemon(two, {"llama": source, "other": source}, CollectorRegistry(),
+                    emulated.sim_clock)  # fmt: skip
+
+    def boom(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(daemon.runtimes["llama"].recommender, "decide", boom)
+    clock.advance(30.0)
+    emulated.sync()
+    snapshot = daemon.run_cycle()  # raised before: no decision yet to publish for llama
+    assert [s.deployment for s in snapshot.deployments] == ["other"]
 
 
 def test_a_prometheus_error_message_shows_the_start_of_its_query() -> None:
