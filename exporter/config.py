@@ -99,6 +99,9 @@ class DeploymentConfig:
     initial_params: ServiceParams | None = None
     tuner: TunerConfig = field(default_factory=TunerConfig)
     model: ModelOptions = field(default_factory=ModelOptions)
+    # The workload CVs the config gives (`model.arrival_cv`, ...): the model uses these, not the
+    # measured ones (exporter/traffic.py).
+    pinned_inputs: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

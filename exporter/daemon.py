@@ -40,12 +40,14 @@ from exporter.recommender import (
     Decision,
     Recommender,
     forecast,
+    preempted,
     saturated,
     slo_headroom_ratio,
     waiting_queue_grows,
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
+from exporter.traffic import model_inputs, used_cvs
 from model import Workload
 from model.calibration.observation import Observation
 
@@ -218,9 +220,11 @@ class Daemon:
                 runtime.workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
             except ValueError as exc:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
+        shape = runtime.traffic.update(obs)
+        runtime.inputs = model_inputs(dep, shape, runtime.workload)
         self._tune(runtime, obs)
         decision = runtime.recommender.decide(
-            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias()
+            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs
         )
         self._log(runtime, decision)
         return obs.success
@@ -247,6 +251,7 @@ class Daemon:
                 runtime.config.name, Problem.NON_STATIONARY
             ).inc()
             return
+        cvs = used_cvs(runtime.config, runtime.traffic.shape)
         try:
             point = Observation(
                 rate_rps=obs.arrival_rate_rps / obs.observed_pods,  # no unobserved pods here
@@ -256,7 +261,10 @@ class Daemon:
                 itl_ms=obs.itl_ms,
                 max_batch_size=runtime.config.server.max_batch_size,
                 timestamp=obs.end_time_s,
-                queue_growing=waiting_queue_grows(obs),
+                queue_growing=waiting_queue_grows(obs) or preempted(obs),
+                input_length_cv=cvs.get("input_length_cv"),
+                output_length_cv=cvs.get("output_length_cv"),
+                arrival_cv=cvs.get("arrival_cv"),
             )
         except ValueError as exc:
             logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
@@ -288,6 +296,8 @@ class Daemon:
             pods_observed=0 if obs is None else obs.read_pods,
             saturated=saturated(decision, obs),
             slo_headroom_ratio=slo_headroom_ratio(decision),
+            traffic=runtime.traffic.shape,
+            kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
@@ -331,7 +341,7 @@ class Daemon:
         count = replicas or (last.current_replicas if last and last.current_replicas else 1)
         outlook = forecast(
             runtime.config, params, workload, runtime.tuner.bias(),
-            size_for_rps=rate_rps, per_replica_rps=rate_rps / count,
+            size_for_rps=rate_rps, per_replica_rps=rate_rps / count, inputs=runtime.inputs,
         )  # fmt: skip
         return WhatIf(
             deployment=deployment,

@@ -12,6 +12,7 @@ from exporter.config import DeploymentConfig
 from exporter.reading.observations import DeploymentObservation, WindowTracker
 from exporter.reading.sources import Source
 from exporter.recommender import Recommender
+from exporter.traffic import ModelInputs, TrafficTracker
 from model import ServiceParams, Workload
 from model.calibration.tuner import Tuner
 
@@ -31,6 +32,8 @@ class DeploymentRuntime:
     observation: DeploymentObservation | None = field(default=None)
     previous_rate_rps: float | None = None
     pending_read: Future[Any] | None = None  # the source read in flight (reader thread)
+    traffic: TrafficTracker = field(default_factory=TrafficTracker)
+    inputs: ModelInputs | None = None  # what the model was last evaluated with
 
     @property
     def params(self) -> ServiceParams | None:

@@ -18,6 +18,7 @@ from enum import StrEnum
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporter.recommender import Decision, Reason
+from exporter.traffic import LengthCvKind, TrafficShape
 from model import ServiceParams, TunerReason, TunerState
 
 PREFIX = "vllm_sizer_"
@@ -45,6 +46,8 @@ class DeploymentStatus:
     pods_observed: int  # pods whose metrics were read in the last cycle
     saturated: bool | None  # None: neither a prediction nor an observation to judge by
     slo_headroom_ratio: float | None
+    traffic: TrafficShape = TrafficShape()  # smoothed measurements of the traffic
+    kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
 
 
 class Signal(StrEnum):
@@ -162,6 +165,24 @@ GAUGES: tuple[GaugeSpec, ...] = (
         lambda s: s.slo_headroom_ratio,
     ),
     GaugeSpec(
+        "prefix_cache_hit_ratio",
+        "Share of prompt tokens served from vLLM's prefix cache, smoothed over the last 10 "
+        "windows, as of the last cycle.",
+        lambda s: s.traffic.cached_prompt_ratio,
+    ),
+    GaugeSpec(
+        "arrival_cv",
+        "Coefficient of variation of inter-arrival times, measured by the 1 s sampler (sidecar "
+        "mode only) and smoothed over the last 10 windows, as of the last cycle.",
+        lambda s: s.traffic.arrival_cv,
+    ),
+    GaugeSpec(
+        "kv_batch_limit",
+        "Largest batch the KV cache holds at the mean request, min(max_num_seqs, KV tokens / "
+        "mean context): the batch size sizing uses, as of the last cycle.",
+        lambda s: s.kv_batch_limit,
+    ),
+    GaugeSpec(
         "source_up",
         "1 when the last cycle read at least one pod's vLLM metrics, else 0.",
         lambda s: float(s.source_up),
@@ -258,6 +279,18 @@ class SnapshotCollector:
                 if error is not None:
                     errors.add_metric([s.deployment, s.model_name, signal.value], error)
         yield errors
+        spread = GaugeMetricFamily(
+            PREFIX + "request_length_cv",
+            "Coefficient of variation of request lengths from vLLM's token histograms, "
+            "smoothed over the last 10 windows, as of the last cycle.",
+            labels=(*LABELS, "kind"),
+        )
+        for s in snapshot.deployments:
+            for kind in LengthCvKind:
+                cv = s.traffic.length_cv(kind)
+                if cv is not None:
+                    spread.add_metric([s.deployment, s.model_name, kind.value], cv)
+        yield spread
 
 
 class BuildInfoCollector:

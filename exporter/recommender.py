@@ -17,6 +17,8 @@ import numpy as np
 
 from exporter.config import DeploymentConfig
 from exporter.reading.observations import DeploymentObservation, ObservationStatus
+from exporter.reading.saturation import Saturation
+from exporter.traffic import ModelInputs
 from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
@@ -34,6 +36,11 @@ def waiting_queue_grows(obs: DeploymentObservation) -> bool:
     """The backlog grew over the window and requests were waiting for a batch slot."""
     waiting = obs.avg_waiting_per_pod
     return obs.queue_growing and waiting is not None and waiting >= MIN_WAITING_FOR_SATURATION
+
+
+def preempted(obs: DeploymentObservation) -> bool:
+    """vLLM preempted requests in the window: the KV cache ran out, the window is saturated."""
+    return Saturation.PREEMPTIONS in obs.saturation
 
 
 class Reason(StrEnum):
@@ -104,7 +111,7 @@ def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | N
     if predicted is None and obs is None:
         return None
     model_says = predicted is not None and math.isinf(predicted)
-    return model_says or (obs is not None and waiting_queue_grows(obs))
+    return model_says or (obs is not None and (waiting_queue_grows(obs) or preempted(obs)))
 
 
 # slo_headroom_ratio is capped: no load (or a tiny one) would otherwise give +Inf.
@@ -146,23 +153,27 @@ def forecast(
     *,
     size_for_rps: float,
     per_replica_rps: float,
+    inputs: ModelInputs | None = None,
 ) -> Forecast:
     """Size for a total rate and predict at a per-replica rate, corrected for the model's
-    mean relative error (TTFT, ITL) on recent windows."""
+    mean relative error (TTFT, ITL) on recent windows; `inputs` (default: the configured
+    options and server) carry the measured traffic shape."""
+    inputs = inputs or ModelInputs(dep.model, dep.server)
+    options, server = inputs.options, inputs.server
     # prediction / factor is the corrected prediction, so a target T is met where the raw
     # prediction stays within T x factor.
     f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
     plan = replicas_for_slo(
         size_for_rps,
         params,
-        dep.server,
+        server,
         workload,
         None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
         None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
         min_replicas=dep.min_replicas,
-        options=dep.model,
+        options=options,
     )
-    at = analyze(params, dep.server, workload, per_replica_rps, options=dep.model)
+    at = analyze(params, server, workload, per_replica_rps, options=options)
     return Forecast(
         plan=plan,
         ttft_ms=float(at.ttft_ms) / f_ttft,
@@ -188,10 +199,12 @@ class Recommender:
         params: ServiceParams | None,
         workload: Workload | None,
         bias: tuple[float, float] | None = None,
+        inputs: ModelInputs | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
-        mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction."""
-        decision = self._decide(now_s, observation, params, workload, bias)
+        mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
+        `inputs` the model's options and limits for the measured traffic."""
+        decision = self._decide(now_s, observation, params, workload, bias, inputs)
         self.last = decision
         return decision
 
@@ -202,6 +215,7 @@ class Recommender:
         params: ServiceParams | None,
         workload: Workload | None,
         bias: tuple[float, float] | None,
+        inputs: ModelInputs | None,
     ) -> Decision:
         dep = self._dep
         if obs is None or obs.status in _UNUSABLE:
@@ -229,7 +243,7 @@ class Recommender:
         sizing_rate = self.projected_rate(rate)
         outlook = forecast(
             dep, params, workload, bias, size_for_rps=sizing_rate,
-            per_replica_rps=rate / max(current, 1),
+            per_replica_rps=rate / max(current, 1), inputs=inputs,
         )  # fmt: skip
         plan = outlook.plan
         extra = {

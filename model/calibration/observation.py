@@ -91,7 +91,7 @@ class Observation:
             for name in WORKLOAD_CV_FIELDS
             if (value := getattr(self, name)) is not None
         }
-        return replace(options, **measured) if measured and options.refined else options
+        return with_workload_cvs(options, measured)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping of every field (ms, req/s, unix s)."""
@@ -119,3 +119,16 @@ def _on_grid(cv: float, grid: float | None) -> float:
     if cv < MIN_GRID_CV:
         return 0.0
     return float(grid ** round(math.log(cv) / math.log(grid)))
+
+
+def with_workload_cvs(options: ModelOptions, cvs: Mapping[str, float]) -> ModelOptions:
+    """`options` with the workload CVs given by field name (WORKLOAD_CV_FIELDS); the paper
+    variant takes none."""
+    if not cvs or not options.refined:
+        return options
+    return replace(
+        options,
+        input_length_cv=cvs.get("input_length_cv", options.input_length_cv),
+        output_length_cv=cvs.get("output_length_cv", options.output_length_cv),
+        arrival_cv=cvs.get("arrival_cv", options.arrival_cv),
+    )

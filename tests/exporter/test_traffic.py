@@ -1,0 +1,178 @@
+"""Traffic shape: length CVs read from the emulator's vLLM histograms and smoothed, the prefix
+cache and KV capacity carried, config pins, and what sizing is evaluated with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pytest
+
+from exporter.clock import ManualClock
+from exporter.config import DeploymentConfig, SloConfig, SourceConfig
+from exporter.emulation.emulator import EmulatedFleet
+from exporter.reading.observations import DeploymentObservation, WindowTracker
+from exporter.reading.sources import ScrapeSource
+from exporter.traffic import (
+    LengthCvKind,
+    TrafficShape,
+    TrafficTracker,
+    model_inputs,
+    used_cvs,
+)
+from model import ModelOptions, ServerConfig, ServiceParams, Workload, analyze
+from model.queueing.analyzer import max_rate
+from model.queueing.kv_limit import kv_batch_limit, mean_running_context_tokens
+from model.queueing.sizing import max_rate_for_slo
+from model.simulation.workloads import LengthDist, LengthKind
+
+LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+SERVER = ServerConfig(256, 8192)
+SHAPE = Workload(1024, 256)
+WINDOW_S = 30
+WINDOWS = 12
+
+
+@dataclass(frozen=True)
+class Run:
+    observations: list[DeploymentObservation]
+    shapes: list[TrafficShape]
+
+
+def emulate(kind: LengthKind, cv: float) -> Run:
+    """Two emulated replicas at half their saturation rate, scraped over loopback every 30
+    simulated seconds; each window's observation and the smoothed shape after it."""
+    clock = ManualClock()
+    rate = 0.5 * max_rate(LLAMA, SERVER, SHAPE)
+    fleet = EmulatedFleet(
+        LLAMA, SERVER, rng=np.random.default_rng(7), arrivals=2 * rate,
+        input_lengths=LengthDist(kind, SHAPE.avg_input_tokens, cv),
+        output_lengths=LengthDist(kind, SHAPE.avg_output_tokens, cv),
+        model_name="m", replicas=2, clock=clock,
+    )  # fmt: skip
+    fleet.start(background=False)
+
+    def advance(seconds: int) -> None:
+        for _ in range(seconds):
+            clock.advance(1.0)
+            fleet.sync()
+
+    try:
+        advance(30)
+        source = ScrapeSource(clock=fleet.sim_clock, urls=fleet.urls, model_name="m")
+        windows, traffic = WindowTracker(), TrafficTracker()
+        windows.observe(source.read())
+        observations, shapes = [], []
+        for _ in range(WINDOWS):
+            advance(WINDOW_S)
+            obs = windows.observe(source.read())
+            observations.append(obs)
+            shapes.append(traffic.update(obs))
+    finally:
+        fleet.stop()
+    return Run(observations, shapes)
+
+
+@pytest.fixture(scope="module")
+def lognormal_run() -> Run:
+    return emulate(LengthKind.LOGNORMAL, 1.0)
+
+
+@pytest.fixture(scope="module")
+def uniform_run() -> Run:
+    return emulate(LengthKind.UNIFORM, 0.0)
+
+
+def test_lognormal_cv_1_reads_within_25_percent_from_the_emulator_histograms(
+    lognormal_run: Run,
+) -> None:
+    for shape in lognormal_run.shapes[2:]:
+        for kind in LengthCvKind:
+            cv = shape.length_cv(kind)
+            assert cv is not None and 0.75 <= cv <= 1.25, (kind, cv)
+    # Each window alone (about 600 requests) is noisier but still wide.
+    assert all(obs.windows for obs in lognormal_run.observations)
+
+
+def test_uniform_lengths_read_narrow(uniform_run: Run) -> None:
+    for shape in uniform_run.shapes:
+        for kind in LengthCvKind:
+            cv = shape.length_cv(kind)
+            assert cv is not None and cv < 0.5, (kind, cv)
+
+
+@pytest.mark.parametrize("run_name", ["uniform_run", "lognormal_run"])
+def test_smoothed_cvs_move_the_slo_capacity_less_than_5_percent_per_cycle(
+    run_name: str, request: pytest.FixtureRequest
+) -> None:
+    # At the shape's true means, so that only the measured CVs move the capacity: the target
+    # is twice the light-load TTFT. (The window means move it too: see the README.)
+    run: Run = request.getfixturevalue(run_name)
+    dep = deployment()
+    target = 2.0 * float(analyze(LLAMA, SERVER, SHAPE, 0.01).ttft_ms)
+    capacities = []
+    for shape in run.shapes[2:]:
+        inputs = model_inputs(dep, shape, SHAPE)
+        assert inputs.options.input_length_cv == shape.input_length_cv
+        capacities.append(
+            max_rate_for_slo(LLAMA, inputs.server, SHAPE, target, options=inputs.options).rate_rps
+        )
+    caps = np.array(capacities)
+    assert np.max(np.abs(np.diff(caps)) / caps[:-1]) < 0.05
+
+
+def deployment(**model: float) -> DeploymentConfig:
+    return DeploymentConfig(
+        name="d", model_name="m", source=SourceConfig(scrape_urls=("u",)), server=SERVER,
+        slo=SloConfig(ttft_ms=100.0), model=ModelOptions(**model),  # type: ignore[arg-type]
+        pinned_inputs=frozenset(model),
+    )  # fmt: skip
+
+
+def test_a_config_value_pins_a_cv() -> None:
+    shape = TrafficShape(input_length_cv=1.2, output_length_cv=0.9, arrival_cv=2.0)
+    pinned = deployment(output_length_cv=0.0, arrival_cv=1.0)
+    assert used_cvs(pinned, shape) == {"input_length_cv": 1.2}
+    options = model_inputs(pinned, shape, SHAPE).options
+    assert (options.input_length_cv, options.output_length_cv, options.arrival_cv) == (
+        1.2, 0.0, 1.0,
+    )  # fmt: skip
+    free = model_inputs(deployment(), shape, SHAPE).options
+    assert (free.input_length_cv, free.output_length_cv, free.arrival_cv) == (1.2, 0.9, 2.0)
+
+
+def test_the_kv_cache_lowers_the_batch_sizing_uses() -> None:
+    context = mean_running_context_tokens(SHAPE, 1.0)
+    assert context == 1024 + (256 * 2 + 1) / 2
+    shape = TrafficShape(output_length_cv=1.0, kv_capacity_tokens=100 * context)
+    inputs = model_inputs(deployment(), shape, SHAPE)
+    assert inputs.server.max_batch_size == inputs.kv_batch_limit == 100
+    # A cache that holds more than max_num_seqs leaves the limit at max_num_seqs.
+    roomy = model_inputs(deployment(), replace(shape, kv_capacity_tokens=1e9), SHAPE)
+    assert roomy.server.max_batch_size == roomy.kv_batch_limit == SERVER.max_batch_size
+    # Unknown capacity or request shape: the configured server, no limit.
+    assert model_inputs(deployment(), TrafficShape(), SHAPE).kv_batch_limit is None
+    assert model_inputs(deployment(), shape, None).server == SERVER
+    assert kv_batch_limit(10.0, SHAPE, 256) == 1  # never below one request
+    # Fewer slots: the sizing capacity falls.
+    target = 2.0 * float(analyze(LLAMA, SERVER, SHAPE, 0.01).ttft_ms)
+    small = model_inputs(deployment(), replace(shape, kv_capacity_tokens=20 * context), SHAPE)
+    assert (
+        max_rate_for_slo(LLAMA, small.server, SHAPE, target).rate_rps
+        < max_rate_for_slo(LLAMA, SERVER, SHAPE, target).rate_rps
+    )
+
+
+def test_the_tracker_weights_windows_by_requests_and_keeps_ten(lognormal_run: Run) -> None:
+    obs = lognormal_run.observations[0]
+    tracker = TrafficTracker(windows=2)
+    first = tracker.update(replace(obs, cached_prompt_ratio=0.5))
+    assert first.cached_prompt_ratio == 0.5
+    assert first.kv_capacity_tokens == obs.kv_capacity_tokens is not None
+    # A window with 3x the requests weighs 3x; the third window pushes out the first.
+    tripled = replace(obs, completion_rate_rps=3 * obs.completion_rate_rps, cached_prompt_ratio=0.1)
+    assert tracker.update(tripled).cached_prompt_ratio == pytest.approx((0.5 + 3 * 0.1) / 4)
+    assert tracker.update(tripled).cached_prompt_ratio == pytest.approx(0.1)
+    # Arrival CV: the square root of the request-weighted index of dispersion.
+    assert tracker.update(obs, (4.0, 100.0)).arrival_cv == pytest.approx(2.0)
+    assert tracker.update(obs, (1.0, 300.0)).arrival_cv == pytest.approx(np.sqrt(7 / 4))
