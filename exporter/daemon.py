@@ -26,6 +26,7 @@ from exporter.deployment_state import (
 from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
 from exporter.operation_metrics import CycleOutcome, OperationMetrics
+from exporter.reading.arrival_sampler import ArrivalSampler
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
@@ -110,13 +111,16 @@ class Daemon:
         statefile: StateFile | None = None,
         *,
         wall_clock: Clock | None = None,
+        samplers: Mapping[str, ArrivalSampler] | None = None,
     ) -> None:
         """`clock` drives the cycle (windows, readiness); `wall_clock` (default: `clock`) times
-        what is exported, so a simulation's daemon still exports wall-clock timestamps."""
+        what is exported, so a simulation's daemon still exports wall-clock timestamps;
+        `samplers` (sidecar mode, started by the caller) give deployments their arrival CV."""
         self.config = config
         self._clock = clock
         self._wall_clock = wall_clock or clock
         self._statefile = statefile
+        self._samplers = dict(samplers or {})
         self.collector = SnapshotCollector()
         registry.register(self.collector)
         self.metrics = OperationMetrics(registry, config.deployments)
@@ -220,7 +224,7 @@ class Daemon:
                 runtime.workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
             except ValueError as exc:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
-        shape = runtime.traffic.update(obs)
+        shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
         runtime.inputs = model_inputs(dep, shape, runtime.workload)
         self._tune(runtime, obs)
         decision = runtime.recommender.decide(
@@ -228,6 +232,21 @@ class Daemon:
         )
         self._log(runtime, decision)
         return obs.success
+
+    def _dispersion(
+        self, runtime: DeploymentRuntime, obs: DeploymentObservation
+    ) -> tuple[float, float] | None:
+        """The sampler's (index of dispersion, requests) over the observation's window, if
+        the deployment has a sampler and the window a reading; a gap is a counted problem."""
+        sampler = self._samplers.get(runtime.config.name)
+        if sampler is None or not obs.observed_pods:
+            return None
+        reading = sampler.reading(obs.end_time_s - obs.window_s, obs.end_time_s)
+        if reading.problem is not None:
+            self.metrics.observation_problems.labels(runtime.config.name, reading.problem).inc()
+        if reading.index is None:
+            return None
+        return reading.index, reading.requests
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
         """Feed one per-replica observation to the tuner when the window is steady and has

@@ -26,6 +26,7 @@ from exporter.daemon import Daemon, build_sources
 from exporter.errors import ConfigError
 from exporter.exposition import BuildInfoCollector
 from exporter.operation_metrics import SkippedEvent
+from exporter.reading.arrival_sampler import build_samplers
 from exporter.scheduler import PeriodicScheduler
 from exporter.server import SizerHTTPServer
 from exporter.statefile import StateFile
@@ -65,7 +66,10 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
-    daemon = Daemon(config, build_sources(config, clock), registry, clock, statefile)
+    samplers = build_samplers(config.deployments, clock)
+    daemon = Daemon(
+        config, build_sources(config, clock), registry, clock, statefile, samplers=samplers
+    )
     unwritable = None if statefile is None else statefile.check_writable()
     if unwritable is not None:
         logger.error("state file %s cannot be written: %s", config.state_file, unwritable)
@@ -107,6 +111,8 @@ def run_daemon(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    for sampler in samplers.values():
+        sampler.start()
     scheduler.start()
     try:
         stop.wait()
@@ -116,6 +122,8 @@ def run_daemon(args: argparse.Namespace) -> int:
             logger.warning("stopping without the running cycle: it took over %gs", STOP_GRACE_S)
         server.stop()
         daemon.close()
+        for sampler in samplers.values():
+            sampler.stop()
         _exit_if_threads_linger(clock, deadline_s)
     return 0
 
