@@ -13,6 +13,7 @@ from exporter.config import DeploymentConfig, SloConfig, SourceConfig
 from exporter.emulation.emulator import EmulatedFleet
 from exporter.reading.observations import DeploymentObservation, WindowTracker
 from exporter.reading.sources import ScrapeSource
+from exporter.reading.vllm_metrics import HistogramName
 from exporter.traffic import (
     LengthCvKind,
     TrafficShape,
@@ -24,7 +25,7 @@ from model import ModelOptions, ServerConfig, ServiceParams, Workload, analyze
 from model.queueing.analyzer import max_rate
 from model.queueing.kv_limit import kv_batch_limit, mean_running_context_tokens
 from model.queueing.sizing import max_rate_for_slo
-from model.simulation.workloads import LengthDist, LengthKind
+from model.simulation.workloads import LengthDist, LengthKind, LengthPairs
 
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 SERVER = ServerConfig(256, 8192)
@@ -176,3 +177,31 @@ def test_the_tracker_weights_windows_by_requests_and_keeps_ten(lognormal_run: Ru
     # Arrival CV: the square root of the request-weighted index of dispersion.
     assert tracker.update(obs, (4.0, 100.0)).arrival_cv == pytest.approx(2.0)
     assert tracker.update(obs, (1.0, 300.0)).arrival_cv == pytest.approx(np.sqrt(7 / 4))
+
+
+def test_the_emulator_reports_cached_prompt_tokens_and_the_collector_reads_the_share() -> None:
+    clock = ManualClock()
+    fleet = EmulatedFleet(
+        LLAMA, SERVER, rng=np.random.default_rng(9), arrivals=4.0, prefix_hit_share=0.5,
+        input_lengths=LengthDist(LengthKind.UNIFORM, 1000),
+        pairs=LengthPairs(np.array([1000, 3000]), np.array([50, 10])), model_name="m",
+        clock=clock,
+    )  # fmt: skip
+    fleet.start(background=False)
+    try:
+        source = ScrapeSource(clock=fleet.sim_clock, urls=fleet.urls, model_name="m")
+        windows, traffic = WindowTracker(), TrafficTracker()
+        windows.observe(source.read())
+        for _ in range(60):
+            clock.advance(1.0)
+            fleet.sync()
+        obs = windows.observe(source.read())
+        shape = traffic.update(obs)
+    finally:
+        fleet.stop()
+    # Half of every prompt hit the cache: prompt_tokens_cached over prompt_tokens.
+    assert obs.cached_prompt_ratio == pytest.approx(0.5, abs=1e-3)
+    assert shape.cached_prompt_ratio == obs.cached_prompt_ratio
+    # The recorded pairs, not the --lengths law: every output is 50 or 10 tokens.
+    generation = obs.windows[HistogramName.GENERATION_LEN]
+    assert generation.share_at_most(50.0) == 1.0 and generation.share_at_most(5.0) == 0.0
