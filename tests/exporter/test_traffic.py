@@ -7,13 +7,22 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
 from exporter.clock import ManualClock
-from exporter.config import DeploymentConfig, SloConfig, SourceConfig
+from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon import Daemon
 from exporter.emulation.emulator import EmulatedFleet
 from exporter.reading.observations import DeploymentObservation, WindowTracker
-from exporter.reading.sources import ScrapeSource
-from exporter.reading.vllm_metrics import HistogramName
+from exporter.reading.sources import ScrapeSource, SourceRead
+from exporter.reading.vllm_metrics import (
+    CounterName,
+    GaugeName,
+    HistogramName,
+    HistogramTotals,
+    PodSample,
+    SampleStatus,
+)
 from exporter.traffic import (
     LengthCvKind,
     TrafficShape,
@@ -205,3 +214,72 @@ def test_the_emulator_reports_cached_prompt_tokens_and_the_collector_reads_the_s
     # The recorded pairs, not the --lengths law: every output is 50 or 10 tokens.
     generation = obs.windows[HistogramName.GENERATION_LEN]
     assert generation.share_at_most(50.0) == 1.0 and generation.share_at_most(5.0) == 0.0
+
+
+class PreemptingSource:
+    """One pod at a steady load with model-exact latencies; preempts in window `preempt_at`."""
+
+    def __init__(self, clock: ManualClock, preempt_at: int) -> None:
+        self.clock, self.preempt_at, self.window = clock, preempt_at, 0
+        self.totals = dict.fromkeys(("done", "ttft_s", "gaps", "itl_s", "preempted"), 0.0)
+
+    def advance(self) -> None:
+        rate = 0.4 * max_rate(LLAMA, SERVER, SHAPE)
+        at = analyze(LLAMA, SERVER, SHAPE, rate)
+        done = rate * WINDOW_S
+        gaps = done * (SHAPE.avg_output_tokens - 1)
+        self.totals["done"] += done
+        self.totals["ttft_s"] += done * float(at.ttft_ms) / 1e3
+        self.totals["gaps"] += gaps
+        self.totals["itl_s"] += gaps * float(at.itl_ms) / 1e3
+        self.totals["preempted"] += 3.0 if self.window == self.preempt_at else 0.0
+        self.window += 1
+
+    def read(self) -> SourceRead:
+        t = self.totals
+        n, m = SHAPE.avg_input_tokens, SHAPE.avg_output_tokens
+        sample = PodSample(
+            pod="p", time_s=self.clock.time(), status=SampleStatus.OK,
+            counters={
+                CounterName.REQUEST_SUCCESS: t["done"],
+                CounterName.PREEMPTIONS: t["preempted"],
+            },
+            histograms={
+                HistogramName.TTFT_S: HistogramTotals(t["ttft_s"], t["done"]),
+                HistogramName.ITL_S: HistogramTotals(t["itl_s"], t["gaps"]),
+                HistogramName.PROMPT_LEN: HistogramTotals(n * t["done"], t["done"]),
+                HistogramName.GENERATION_LEN: HistogramTotals(m * t["done"], t["done"]),
+            },
+            gauges={GaugeName.RUNNING: 10.0, GaugeName.WAITING: 0.0},
+        )  # fmt: skip
+        return SourceRead(time_s=self.clock.time(), samples=(sample,))
+
+
+def run_preempting(preempt_at: int) -> tuple[list[bool | None], int]:
+    """Six cycles over a source that preempts in window `preempt_at`: the saturated flag of
+    each cycle and the tuner's window length at the end."""
+    clock = ManualClock(1000.0)
+    source = PreemptingSource(clock, preempt_at=preempt_at)
+    dep = replace(deployment(), initial_params=LLAMA)
+    daemon = Daemon(Config(cycle_period_s=WINDOW_S, deployments=(dep,)), {"d": source},
+                    CollectorRegistry(), clock)  # fmt: skip
+    try:
+        flags = []
+        for _ in range(6):
+            daemon.run_cycle()
+            flags.append(daemon.collector.snapshot.deployments[0].saturated)
+            source.advance()
+            clock.advance(WINDOW_S)
+        return flags, len(daemon.runtimes["d"].tuner.to_dict()["window"])
+    finally:
+        daemon.close()
+
+
+def test_a_window_with_preemptions_is_saturated_and_not_fitted() -> None:
+    # Cycle k closes window k - 1; window 3 preempted: cycle 4 says saturated, and its point
+    # stays out of the tuner's window.
+    flags, fitted = run_preempting(preempt_at=3)
+    assert flags[4] is True and not any(flags[1:4]) and flags[5] is False
+    calm_flags, calm_fitted = run_preempting(preempt_at=-1)
+    assert not any(calm_flags[1:])
+    assert fitted == calm_fitted - 1
