@@ -66,30 +66,43 @@ def count_quantile(mean: FloatArray, u: FloatArray, poisson: bool | FloatArray) 
     """Arrivals in a window with this mean count, at level u: Poisson where `poisson`, else the
     count of a constant-rate stream in a window that starts at an arrival, floor(mean). Float
     counts."""
-    mean, u = np.broadcast_arrays(mean, u)
+    shape = np.broadcast_shapes(np.shape(mean), np.shape(u))
+    mean, u = np.broadcast_to(mean, shape), np.broadcast_to(u, shape)
     steady = np.floor(mean)
     if not np.any(poisson):
         return steady
-    # Poisson by inverse CDF, counted up from 0 on the points not yet placed; a Normal
-    # approximation for large means.
+    # Poisson by inverse CDF: the count is the number of k with P(K <= k) < u (at most 201, a
+    # cap only reached for u within rounding of 1), counted up from 0 in place; the points
+    # still counting are gathered only once they are fewer than an eighth, since most means are
+    # small. A Normal approximation for large means.
     flat_mean, flat_u = mean.reshape(-1), u.reshape(-1)
     large = flat_mean > 40.0
-    k = np.zeros(flat_mean.shape)
-    active = np.flatnonzero(~large)
-    m_act = flat_mean[active]
-    pmf = np.exp(-m_act)
+    counts: FloatArray = np.zeros(flat_mean.shape)
+    where: NDArray[np.intp] = np.arange(flat_mean.size)
+    m: FloatArray = np.where(large, 0.0, flat_mean)
+    level: FloatArray = np.where(large, 0.0, flat_u)  # never counted here
+    k: FloatArray = np.zeros(flat_mean.shape)
+    pmf: FloatArray = np.exp(-m)
     cdf = pmf.copy()
-    j = 0
-    while active.size:
-        below = cdf < flat_u[active]
-        active, m_act, pmf, cdf = active[below], m_act[below], pmf[below], cdf[below]
-        j += 1
-        k[active] = j
-        pmf = pmf * m_act / j
-        cdf = cdf + pmf
-        if j > 200:  # only reached for u within rounding of 1
+    for j in range(1, 202):
+        below = cdf < level
+        left = np.count_nonzero(below)
+        if left == 0:
             break
-    with np.errstate(invalid="ignore"):  # an infinite mean stays infinite
-        normal = np.maximum(np.floor(flat_mean + np.sqrt(flat_mean) * ndtri(flat_u) + 0.5), 0.0)
-    counts: FloatArray = np.where(large, normal, k).reshape(mean.shape)
-    return np.where(poisson, counts, steady)
+        k += below
+        if 8 * left < below.size:
+            counts[where] = k
+            keep = np.flatnonzero(below)
+            where, k = where[keep], k[keep]
+            m, level, pmf, cdf = m[keep], level[keep], pmf[keep], cdf[keep]
+        pmf *= m
+        pmf /= j
+        cdf += pmf
+    counts[where] = k
+    if large.any():
+        with np.errstate(invalid="ignore"):  # an infinite mean stays infinite
+            big = flat_mean[large]
+            normal = np.floor(big + np.sqrt(big) * ndtri(flat_u[large]) + 0.5)
+            counts[large] = np.maximum(normal, 0.0)
+    out: FloatArray = counts.reshape(mean.shape)
+    return out if poisson is True else np.where(poisson, out, steady)
