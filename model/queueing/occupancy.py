@@ -122,10 +122,14 @@ def inverse_cdf(pmf: FloatArray, u: FloatArray) -> NDArray[np.intp]:
     cdf = np.cumsum(pmf, axis=1)
     cdf /= cdf[:, -1:]
     rows, states = cdf.shape
-    # One flat searchsorted: row k's CDF lives in [2k, 2k+1], its levels likewise.
+    # Row k's CDF and levels live in [2k, 2k+1]: all rows at once. The state at a level counts
+    # the CDF values at or below it; placing the few CDF values among the sorted levels and
+    # counting up is cheaper than searching for every level.
     offset = 2.0 * np.arange(rows, dtype=np.float64)[:, np.newaxis]
-    flat = (cdf + offset).reshape(-1)
-    idx = np.searchsorted(flat, (u[np.newaxis, :] + offset).reshape(-1), side="right")
-    state = idx.reshape(rows, -1) - np.arange(rows)[:, np.newaxis] * states
-    out: NDArray[np.intp] = np.clip(state, 0, states - 1)
-    return out
+    order = np.argsort(u)
+    levels = (u[order][np.newaxis, :] + offset).reshape(-1)
+    place = np.searchsorted(levels, (cdf + offset).reshape(-1), side="left")
+    below = np.cumsum(np.bincount(place, minlength=levels.size + 1)[:-1]).reshape(rows, -1)
+    state = np.empty(below.shape, dtype=np.intp)
+    state[:, order] = np.clip(below - np.arange(rows)[:, np.newaxis] * states, 0, states - 1)
+    return state
