@@ -45,7 +45,8 @@ from exporter.config_checks import (
     read_yaml,
     string,
 )
-from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
+from exporter.config_model import accelerator_preset, initial_params, model_options
+from model import ServerConfig
 
 # Errors name the key path, the value and what is allowed, e.g.
 # `deployments[1].slo.ttft_ms: must be a number > 0, got -5`.
@@ -181,6 +182,7 @@ _DEPLOYMENT_KEYS = {
     "scale_down_stabilization_s",
     "look_ahead_s",
     "initial_params",
+    "accelerator",
     "tuner",
     "model",
 }
@@ -230,9 +232,10 @@ def _deployment(
         "must be a number >= 0 (seconds)",
         0.0,
     )
-    initial = _initial_params(r, m.get("initial_params"), f"{path}.initial_params")
+    initial = initial_params(r, m.get("initial_params"), f"{path}.initial_params")
     tuner = _tuner(r, m.get("tuner"), f"{path}.tuner", server)
-    options = _model_options(r, m.get("model"), f"{path}.model")
+    options = model_options(r, m.get("model"), f"{path}.model")
+    accelerator = accelerator_preset(r, m.get("accelerator"), f"{path}.accelerator")
     if len(r.problems) > before or name is None or model_name is None or source is None:
         return None
     return DeploymentConfig(
@@ -247,6 +250,7 @@ def _deployment(
         look_ahead_s=look_ahead,
         model=options,
         initial_params=initial,
+        accelerator=accelerator,
         tuner=tuner,
     )
 
@@ -349,55 +353,3 @@ def _slo(r: KeyReader, node: Any, path: str) -> SloConfig:
     ttft = r.get(m, "ttft_ms", path, number(0.0), "must be a number > 0 (ms)", None)
     itl = r.get(m, "itl_ms", path, number(0.0), "must be a number > 0 (ms)", None)
     return SloConfig(ttft, itl)
-
-
-def _initial_params(r: KeyReader, node: Any, path: str) -> ServiceParams | None:
-    if node is None:
-        return None
-    m = r.mapping(node, path, {"alpha_ms", "beta_ms", "gamma_ms"})
-    values = [
-        r.required(m, key, path, number(0.0), "a number > 0 (ms)")
-        for key in ("alpha_ms", "beta_ms", "gamma_ms")
-    ]
-    alpha, beta, gamma = values
-    if alpha is None or beta is None or gamma is None:
-        return None
-    return ServiceParams(alpha, beta, gamma)
-
-
-def _model_options(r: KeyReader, node: Any, path: str) -> ModelOptions:
-    if node is None:
-        return ModelOptions()
-    keys = {"variant", "arrival_cv", "input_length_cv", "output_length_cv", "architecture"}
-    m = r.mapping(node, path, keys)
-    variants = tuple(v.value for v in ModelVariant)
-    default = ModelOptions()
-    variant = r.get(
-        m,
-        "variant",
-        path,
-        choice(variants),
-        f"must be one of {', '.join(variants)}",
-        default.variant.value,
-    )
-    cvs = {
-        key: r.get(
-            m,
-            key,
-            path,
-            number(0.0, inclusive=True),
-            "must be a number >= 0 (a coefficient of variation)",
-            getattr(default, key),
-        )
-        for key in ("arrival_cv", "input_length_cv", "output_length_cv")
-    }
-    architecture = None
-    if m.get("architecture") is not None:
-        apath = f"{path}.architecture"
-        a = r.mapping(m["architecture"], apath, {"num_layers", "hidden_size", "num_parameters"})
-        layers = r.required(a, "num_layers", apath, integer(1), "an integer >= 1")
-        hidden = r.required(a, "hidden_size", apath, integer(1), "an integer >= 1")
-        params = r.required(a, "num_parameters", apath, number(0.0), "a number > 0")
-        if layers is not None and hidden is not None and params is not None:
-            architecture = ArchitectureSpec(layers, hidden, params)
-    return ModelOptions(variant=ModelVariant(variant), architecture=architecture, **cvs)

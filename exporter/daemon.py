@@ -22,6 +22,7 @@ from exporter.deployment_state import (
     new_tuner,
     restore_state,
     saved_state,
+    tuner_observation,
 )
 from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
@@ -42,12 +43,10 @@ from exporter.recommender import (
     forecast,
     saturated,
     slo_headroom_ratio,
-    waiting_queue_grows,
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
 from model import Workload
-from model.calibration.observation import Observation
 
 logger = logging.getLogger(__name__)
 
@@ -248,23 +247,15 @@ class Daemon:
             ).inc()
             return
         try:
-            point = Observation(
-                rate_rps=obs.arrival_rate_rps / obs.observed_pods,  # no unobserved pods here
-                avg_input_tokens=obs.avg_input_tokens,
-                avg_output_tokens=obs.avg_output_tokens,
-                ttft_ms=obs.ttft_ms,
-                itl_ms=obs.itl_ms,
-                max_batch_size=runtime.config.server.max_batch_size,
-                timestamp=obs.end_time_s,
-                queue_growing=waiting_queue_grows(obs),
-            )
+            point = tuner_observation(obs, runtime.config.server.max_batch_size)
         except ValueError as exc:
             logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
             self.metrics.observation_problems.labels(
                 runtime.config.name, Problem.INVALID_OBSERVATION
             ).inc()
             return
-        runtime.tuner.update(point)
+        if point is not None:
+            runtime.tuner.update(point)
 
     def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
         dep, obs = runtime.config, runtime.observation

@@ -11,8 +11,9 @@ from typing import Any
 from exporter.config import DeploymentConfig
 from exporter.reading.observations import DeploymentObservation, WindowTracker
 from exporter.reading.sources import Source
-from exporter.recommender import Recommender
-from model import ServiceParams, Workload
+from exporter.recommender import Recommender, waiting_queue_grows
+from model import Observation, ServiceParams, Workload
+from model.calibration.prior import default_prior
 from model.calibration.tuner import Tuner
 
 logger = logging.getLogger(__name__)
@@ -39,13 +40,35 @@ class DeploymentRuntime:
 
 
 def new_tuner(dep: DeploymentConfig, seed: ServiceParams | None = None) -> Tuner:
-    """A fresh tuner for a deployment, seeded with `seed` or its configured initial parameters."""
+    """A fresh tuner for a deployment, seeded with `seed` or its configured initial parameters
+    (a seed is the fit's prior centre, not a pin); without one the prior is the physical one
+    of the served model on the accelerator, when both are configured."""
     return Tuner(
         dep.server,
         initial=seed or dep.initial_params,
         min_observations=dep.tuner.min_observations,
         window_size=dep.tuner.window,
         options=dep.model,
+        prior=default_prior(dep.model.architecture, dep.accelerator),
+    )
+
+
+def tuner_observation(obs: DeploymentObservation, max_batch_size: int) -> Observation | None:
+    """The per-replica point a steady, fully observed window gives the tuner; None without
+    latencies or request shape; a ValueError when a value is not usable."""
+    if obs.ttft_ms is None or obs.itl_ms is None or obs.observed_pods == 0:
+        return None
+    if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
+        return None
+    return Observation(
+        rate_rps=obs.arrival_rate_rps / obs.observed_pods,
+        avg_input_tokens=obs.avg_input_tokens,
+        avg_output_tokens=obs.avg_output_tokens,
+        ttft_ms=obs.ttft_ms,
+        itl_ms=obs.itl_ms,
+        max_batch_size=max_batch_size,
+        timestamp=obs.end_time_s,
+        queue_growing=waiting_queue_grows(obs),
     )
 
 
@@ -99,5 +122,5 @@ def restore_state(
 def _same_settings(restored: Tuner, configured: Tuner) -> bool:
     """Whether a saved tuner was built with today's configuration; if not (the window, the
     server or the model variant changed), the daemon starts a new one seeded with its estimate."""
-    keys = ("server", "options", "window_size", "min_observations")
+    keys = ("server", "options", "window_size", "min_observations", "prior")
     return all(getattr(restored, k) == getattr(configured, k) for k in keys)
