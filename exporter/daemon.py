@@ -46,7 +46,6 @@ from exporter.recommender import (
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
-from model import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +213,7 @@ class Daemon:
             ).inc()
         if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
             try:
-                runtime.workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
+                runtime.note_shape(obs)
             except ValueError as exc:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
         self._tune(runtime, obs)
@@ -279,6 +278,8 @@ class Daemon:
             pods_observed=0 if obs is None else obs.read_pods,
             saturated=saturated(decision, obs),
             slo_headroom_ratio=slo_headroom_ratio(decision),
+            calibration_confidence=runtime.tuner.confidence(),
+            identified=None if runtime.params is None else runtime.tuner.identified,
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from exporter.config import DeploymentConfig
 from exporter.reading.observations import DeploymentObservation, WindowTracker
@@ -17,6 +20,8 @@ from model.calibration.prior import default_prior
 from model.calibration.tuner import Tuner
 
 logger = logging.getLogger(__name__)
+
+SHAPE_WINDOWS = 6  # windows whose request shapes are averaged into the workload sized for
 
 
 @dataclass(slots=True)
@@ -32,6 +37,24 @@ class DeploymentRuntime:
     observation: DeploymentObservation | None = field(default=None)
     previous_rate_rps: float | None = None
     pending_read: Future[Any] | None = None  # the source read in flight (reader thread)
+    # (input tokens, output tokens, completions) of recent windows: the shape sized for.
+    shapes: deque[tuple[float, float, float]] = field(
+        default_factory=lambda: deque(maxlen=SHAPE_WINDOWS)
+    )
+
+    def note_shape(self, obs: DeploymentObservation) -> None:
+        """Add a window's request shape; the workload becomes the completion-weighted mean of
+        the last SHAPE_WINDOWS: one window's means carry sampling noise (a few dozen long
+        requests) that would move the SLO capacity from cycle to cycle. A ValueError (the
+        shape is dropped) when its means are not usable."""
+        if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
+            return
+        shape = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
+        weight = max(obs.completion_rate_rps * obs.window_s, 1.0)
+        self.shapes.append((shape.avg_input_tokens, shape.avg_output_tokens, weight))
+        rows = np.array(self.shapes)
+        n, m = np.average(rows[:, :2], axis=0, weights=rows[:, 2])
+        self.workload = Workload(float(n), float(m))
 
     @property
     def params(self) -> ServiceParams | None:

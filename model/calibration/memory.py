@@ -4,6 +4,7 @@ and the counts the confidence reads (updates held, updates since a detected chan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,26 +38,37 @@ class CalibrationMemory:
         bounds: tuple[ServiceParams, ServiceParams],
         steady: ServiceParams | None = None,
     ) -> Prior:
-        """With a `steady` estimate (fitted, no change being recovered from): centred on it,
-        STEADY_LOG_SIGMA wide, so windows of steady traffic move it smoothly. Otherwise per
-        parameter centred on the anchor, else the seed, else `base`. The centre is clipped
-        into the bounds so a prior never pulls outside them."""
-        centre, sigma = list(base.centre.as_tuple()), list(base.log_sigma)
+        """Per parameter: centred on the anchor, else the seed, else `base` (the chain). With
+        a `steady` estimate (fitted, no change being recovered from), a narrow Gaussian
+        (STEADY_LOG_SIGMA) around it joins, so steady windows move the estimate smoothly: it
+        replaces the chain for a parameter the estimate identified, and multiplies it for one
+        the estimate did not (the chain's weak pull keeps that one from wandering off). The
+        centre is clipped into the bounds so a prior never pulls outside them."""
+        centre = np.log(np.array(base.centre.as_tuple()))
+        precision = 1.0 / np.array(base.log_sigma) ** 2
         seeded = None if seed is None else seed.as_tuple()
         for k in range(3):
             anchor = self.anchor[k]
-            if steady is not None:
-                centre[k], sigma[k] = steady.as_tuple()[k], STEADY_LOG_SIGMA
-            elif anchor is not None:
-                centre[k], sigma[k] = anchor, LOG_SIGMAS[CentreSource.ESTIMATE]
+            if anchor is not None:
+                centre[k], precision[k] = math.log(anchor), LOG_SIGMAS[CentreSource.ESTIMATE] ** -2
             elif seeded is not None:
-                centre[k], sigma[k] = seeded[k], LOG_SIGMAS[CentreSource.SEED]
-        low, high = bounds
-        inside = [
-            min(max(c, lo), hi)
-            for c, lo, hi in zip(centre, low.as_tuple(), high.as_tuple(), strict=True)
-        ]
-        return Prior(ServiceParams(*inside), (sigma[0], sigma[1], sigma[2]))
+                centre[k], precision[k] = math.log(seeded[k]), LOG_SIGMAS[CentreSource.SEED] ** -2
+            if steady is not None:
+                narrow = STEADY_LOG_SIGMA**-2
+                here = math.log(steady.as_tuple()[k])
+                if self.identified[k]:
+                    centre[k], precision[k] = here, narrow
+                else:
+                    total = precision[k] + narrow
+                    centre[k] = (precision[k] * centre[k] + narrow * here) / total
+                    precision[k] = total
+        low, high = (np.log(np.array(b.as_tuple())) for b in bounds)
+        inside = np.exp(np.clip(centre, low, high))
+        sigma = precision**-0.5
+        return Prior(
+            ServiceParams(*(float(v) for v in inside)),
+            (float(sigma[0]), float(sigma[1]), float(sigma[2])),
+        )
 
     def accept(self, params: ServiceParams, identified: tuple[bool, bool, bool]) -> None:
         """A fit became the estimate: its identified values become anchors."""

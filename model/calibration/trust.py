@@ -3,8 +3,10 @@ the calibration confidence (0-1) exported as `vllm_sizer_calibration_confidence`
 
 Change: the estimate's relative errors on the newest CHANGE_RUN points all lie on one side of
 the older points' median error, by more than max(CHANGE_MIN_SHIFT, CHANGE_SIGMAS x the older
-points' robust spread (1.4826 x MAD)), for TTFT or for ITL. The deployment changed (a new
-engine version, another accelerator clock): the tuner then keeps only those newest points.
+points' robust spread (1.4826 x MAD)), for TTFT or for ITL, and they agree (their shifts span
+at most CHANGE_AGREEMENT of their mean: a level shift, not a ramp's growing lag). The
+deployment changed (a new engine version, another accelerator clock): the tuner then keeps
+only those newest points.
 
 Confidence C = 0 while warming (no estimate); otherwise C = I x min(E, H, D) with
 - I = (3 + k) / 6, k the number of parameters the published fit identified from data (1 with
@@ -35,6 +37,7 @@ CHANGE_RUN = 3  # newest points that must agree on a change
 CHANGE_BASE = 5  # older points the newest are compared with, at least
 CHANGE_MIN_SHIFT = 0.08  # smallest relative shift called a change
 CHANGE_SIGMAS = 3.0  # ... and at least this many robust standard deviations of the older points
+CHANGE_AGREEMENT = 0.5  # the newest points' shifts span at most this share of their mean
 MAD_TO_SIGMA = 1.4826
 ERROR_ANCHORS = ((0.10, 0.25, 0.50), (1.0, 0.5, 0.0))
 HOLD_ANCHORS = ((1.0, 4.0, 7.0), (1.0, 0.5, 0.0))
@@ -56,7 +59,11 @@ def changed(errors: FloatArray) -> bool:
     spread = MAD_TO_SIGMA * np.median(np.abs(old - centre), axis=0)
     limit = np.maximum(CHANGE_MIN_SHIFT, CHANGE_SIGMAS * spread)
     shift = new - centre
-    return bool(np.any(np.all(shift > limit, axis=0) | np.all(shift < -limit, axis=0)))
+    # A level shift, not a trend: the newest points agree with each other (a ramp's windows,
+    # still filling the batch, drift further off one after the other).
+    level = np.ptp(shift, axis=0) <= CHANGE_AGREEMENT * np.abs(np.mean(shift, axis=0))
+    beyond = np.all(shift > limit, axis=0) | np.all(shift < -limit, axis=0)
+    return bool(np.any(beyond & level))
 
 
 def looks_saturated(

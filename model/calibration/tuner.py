@@ -241,7 +241,10 @@ class Tuner:
             return self._status(success=False)
         result, dropped = self._refit()
         self._last_fit = result
-        verdict = judge(result, self.lower_bounds, self.upper_bounds)
+        recovering = self._memory.since_change is not None and len(self._window) < self.window_size
+        verdict = judge(
+            result, self.lower_bounds, self.upper_bounds, need_identified=not recovering
+        )
         accepted = verdict in (TunerReason.ACCEPTED, TunerReason.ACCEPTED_PARTIAL)
         if accepted:
             self._params = result.params

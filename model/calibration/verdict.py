@@ -93,10 +93,16 @@ class TunerStatus:
 
 
 def judge(
-    result: FitResult, lower_bounds: ServiceParams, upper_bounds: ServiceParams
+    result: FitResult,
+    lower_bounds: ServiceParams,
+    upper_bounds: ServiceParams,
+    *,
+    need_identified: bool = True,
 ) -> TunerReason:
     """The verdict on one window fit: every parameter, identified or held at the prior, must
-    lie within the physical bounds, since every one is published and sized with."""
+    lie within the physical bounds, since every one is published and sized with. A partial fit
+    must identify some parameter unless `need_identified` is False (the few points after a
+    detected change: the prior carries what they cannot pin)."""
     if not result.success:
         return _REJECTIONS.get(result.status, TunerReason.NOT_CONVERGED)
     values = zip(
@@ -107,6 +113,6 @@ def judge(
     if result.all_identified:
         return TunerReason.ACCEPTED
     worst = max(result.ttft_error.mean_ratio, result.itl_error.mean_ratio)
-    if any(result.identified) and worst <= PARTIAL_MAX_ERROR:
+    if (any(result.identified) or not need_identified) and worst <= PARTIAL_MAX_ERROR:
         return TunerReason.ACCEPTED_PARTIAL
     return TunerReason.UNIDENTIFIED

@@ -38,6 +38,8 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_tuner_state",
         "vllm_sizer_tuner_reason",
         "vllm_sizer_fit_error_ratio",
+        "vllm_sizer_calibration_confidence",
+        "vllm_sizer_parameter_source",
     }
 )
 # Per-deployment counters of the daemon (label `deployment`, but no `model_name`).

@@ -24,7 +24,7 @@ from prometheus_client.core import (
 
 from exporter.config import SourceKind
 from exporter.errors import FailureReason
-from exporter.exposition import ENUM_GAUGES, Signal
+from exporter.exposition import ENUM_GAUGES, Parameter, ParameterSource, Signal
 from exporter.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
 
@@ -61,6 +61,7 @@ class SizerValues:
             "slo_headroom_ratio": 0.65,  # 2.4 x 3 / 11: the SLOs need more replicas
             "source_up": 1.0,
             "pods_observed": 3.0,
+            "calibration_confidence": 0.9,
         }
     )
     # The current value of each enum-style gauge (exporter.exposition.ENUM_GAUGES).
@@ -73,6 +74,9 @@ class SizerValues:
     )
     fit_error: dict[str, float] = field(
         default_factory=lambda: {Signal.TTFT.value: 0.04, Signal.ITL.value: 0.02}
+    )
+    parameter_sources: dict[str, str] = field(
+        default_factory=lambda: {"alpha": "data", "beta": "data", "gamma": "prior"}
     )
     # Scrape errors per cycle, by reason (the others stay at 0).
     errors_per_cycle: dict[str, float] = field(
@@ -114,6 +118,16 @@ class StubCollector:
         for signal, error in v.fit_error.items():
             fit.add_metric([*key, signal], error)
         yield fit
+        sources = GaugeMetricFamily(
+            PREFIX + "parameter_source", "source", labels=[*labels, "parameter", "source"]
+        )
+        for parameter in Parameter:
+            current = v.parameter_sources[parameter.value]
+            for source in ParameterSource:
+                sources.add_metric(
+                    [*key, parameter.value, source.value], float(source.value == current)
+                )
+        yield sources
         yield from self._operation(v)
 
     def _operation(self, v: SizerValues) -> Iterator[Metric]:
