@@ -2,31 +2,24 @@
 
 One Tuner per deployment, one Observation per cycle (spec §2). Each accepted observation joins
 a window of the newest `window_size` (spec §7.1); from `min_observations` on, every update
-refits the window warm-started from the current estimate (spec §7.3, §16 #4), leaves out the
-worst point if its error norm sqrt(e_T^2 + e_I^2) exceeds `residual_threshold` (spec §7.3
-step 5; the point stays in the window; repeated, see below), and accepts the fit only if it
-converged, lies within the physical bounds and either identifies every parameter or predicts
-its window within PARTIAL_MAX_ERROR. Otherwise the last good estimate is held (spec §7.3
-step 6, §9).
-Deviations, each a [REC] of the spec or a fix of what one request shape did to it:
-- the fit is a MAP estimate (`model.calibration.prior`): a weak prior centred, per parameter,
-  on the last value the data identified, else the seed, else the physical (or generic) prior.
-  A parameter one request shape cannot pin stays there instead of running to a bound; a seed
-  (configured, or an estimate restored under changed settings) is such a centre, replaced by
-  the data as the data warrants, never a pin;
-- the refit is trimmed (up to a third of the window left out, worst first, while above
-  `residual_threshold`), and the bias correction is the median error (`trust.robust_bias`):
-  two or three spikes in a window move neither;
-- saturated observations never enter the window (spec §8): a `queue_growing` flag, or a rate at
-  or above `saturation_fraction` of the saturation rate of the current *fitted* estimate (never
-  of a seed, which may be far off). A fitted estimate can be wrong too: after `window_size`
-  model-saturated observations in a row, further ones are let through until one is not, so a
-  tuner whose estimate is too slow cannot lock itself out (spec §16 #12-14). Before the first
-  fit, a point whose TTFT is far above the prior centre's light-traffic TTFT at its shape
-  looks saturated (`trust.looks_saturated`) and is kept out of the cold fit;
-- a detected change (`trust.changed`: the newest points all off the older ones' errors) cuts
-  the window to its newest CHANGE_RUN points, which are then fitted at once with the prior,
-  so a real change is followed within a few windows;
+refits the window warm-started from the current estimate (spec §7.3, §16 #4), trimmed (below),
+and accepts the fit only if it converged, lies within the physical bounds and either identifies
+every parameter or predicts its window within PARTIAL_MAX_ERROR; otherwise the last good
+estimate is held (spec §7.3 step 6, §9). Deviations, [REC]s of the spec or fixes of what one
+request shape did to it:
+- a MAP fit (`prior`): per parameter, a weak prior centred on the last value the data
+  identified, else the seed (configured, or restored under changed settings: a centre the data
+  replaces as it warrants, never a pin), else the physical or generic prior; on steady traffic
+  narrowed around the estimate (`memory`);
+- trimmed refits (worst point left out while its error norm exceeds `residual_threshold`, up to
+  a third of the window; spec §7.3 step 5 repeated) and a median bias: spikes move neither;
+- saturated observations never enter the window (spec §8): `queue_growing`, or a rate at or
+  above `saturation_fraction` of the *fitted* estimate's saturation rate; after `window_size`
+  such skips in a row the data decides again (an estimate too slow cannot lock itself out; spec
+  §16 #12-14). Cold, `trust.looks_saturated` and `window_fit.without_saturated` keep such
+  points out of the first fit;
+- a detected change (`trust.changed`) cuts the window to its newest CHANGE_RUN points, fitted
+  at once with the prior;
 - identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone.
 """
 
