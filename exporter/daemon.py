@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 # Windows whose arrival rate moved more than this fraction from the previous window are not
 # fed to the tuner: the model describes steady state, and latencies lag a load step.
 MAX_RATE_CHANGE = 0.25
+# Nor are windows in which a pod joined or left, or the next ones: the load moves between pods
+# and the old pods' batches drain for about a request's duration (long outputs: a minute).
+SETTLE_WINDOWS = 2
 
 # Reads of all deployments run in parallel on this many threads; a cycle waits for them at most
 # this share of its period (each fetch has its own, shorter deadline besides).
@@ -238,9 +241,14 @@ class Daemon:
             or obs.avg_output_tokens is None
         ):
             return
-        if previous is not None and abs(obs.arrival_rate_rps - previous) > MAX_RATE_CHANGE * max(
-            obs.arrival_rate_rps, previous
-        ):
+        if obs.new_pods or obs.gone_pods:
+            runtime.unsettled = SETTLE_WINDOWS + 1  # this window and the next ones
+        settling = runtime.unsettled > 0
+        runtime.unsettled = max(runtime.unsettled - 1, 0)
+        moved = previous is not None and abs(obs.arrival_rate_rps - previous) > (
+            MAX_RATE_CHANGE * max(obs.arrival_rate_rps, previous)
+        )
+        if moved or settling:
             self.metrics.observation_problems.labels(
                 runtime.config.name, Problem.NON_STATIONARY
             ).inc()

@@ -37,6 +37,7 @@ class DeploymentRuntime:
     observation: DeploymentObservation | None = field(default=None)
     previous_rate_rps: float | None = None
     pending_read: Future[Any] | None = None  # the source read in flight (reader thread)
+    unsettled: int = 0  # windows still to skip after a pod joined or left (not for the tuner)
     # (input tokens, output tokens, completions) of recent windows: the shape sized for.
     shapes: deque[tuple[float, float, float]] = field(
         default_factory=lambda: deque(maxlen=SHAPE_WINDOWS)
