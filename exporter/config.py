@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from model import ModelOptions, ServerConfig, ServiceParams
+from model import LatencyMetric, ModelOptions, PercentileTarget, ServerConfig, ServiceParams
 
 DEFAULT_CYCLE_PERIOD_S = 30.0
 DEFAULT_LISTEN_HOST = "0.0.0.0"  # every interface: Prometheus scrapes the pod IP
@@ -67,12 +67,30 @@ class SourceConfig:
         return SourceKind.PROMETHEUS if self.prometheus_selector is not None else SourceKind.SCRAPE
 
 
+class ItlKind(StrEnum):
+    """Which inter-token latency an ITL percentile target describes; exported label values."""
+
+    PER_TOKEN = "per_token"  # every gap between two tokens (vLLM's inter_token_latency_seconds)
+    PER_REQUEST = "per_request"  # each request's mean gap (request_time_per_output_token_seconds)
+
+    @property
+    def metric(self) -> LatencyMetric:
+        """The model's latency of this kind."""
+        if self is ItlKind.PER_TOKEN:
+            return LatencyMetric.ITL_PER_TOKEN
+        return LatencyMetric.ITL_PER_REQUEST
+
+
 @dataclass(frozen=True, slots=True)
 class SloConfig:
-    """Targets in ms; None = no target on that metric (none at all: size to capacity)."""
+    """Targets in ms; None = no target on that metric (none at all: size to capacity).
+
+    `itl_ms` is the token-weighted mean gap, vLLM's inter_token_latency _sum/_count (what the
+    tuner fits); `percentiles` are sized on the model's latency percentiles, TTFT first."""
 
     ttft_ms: float | None = None
     itl_ms: float | None = None
+    percentiles: tuple[PercentileTarget, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

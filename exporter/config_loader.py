@@ -28,7 +28,6 @@ from exporter.config import (
     Config,
     DeploymentConfig,
     PrometheusConfig,
-    SloConfig,
     SourceConfig,
     TunerConfig,
 )
@@ -45,6 +44,7 @@ from exporter.config_checks import (
     read_yaml,
     string,
 )
+from exporter.config_slo import parse_slo
 from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
 
 # Errors name the key path, the value and what is allowed, e.g.
@@ -201,7 +201,7 @@ def _deployment(
     model_name = r.required(m, "model_name", path, string(), "vLLM's --served-model-name")
     source = _source(r, m.get("source"), f"{path}.source", prometheus)
     server = _server(r, m.get("server"), f"{path}.server")
-    slo = _slo(r, m.get("slo"), f"{path}.slo")
+    slo = parse_slo(r, m.get("slo"), f"{path}.slo")
     rep = r.mapping(m.get("replicas"), f"{path}.replicas", {"min", "max"})
     low = r.get(rep, "min", f"{path}.replicas", integer(1), "must be an integer >= 1", 1)
     high = r.get(
@@ -342,13 +342,6 @@ def _tuner(r: KeyReader, node: Any, path: str, server: ServerConfig) -> TunerCon
             f"<= {MAX_MODEL_CELLS} (the size of a fit's model table), got {cells}"
         )
     return TunerConfig(min_observations=low, window=window)
-
-
-def _slo(r: KeyReader, node: Any, path: str) -> SloConfig:
-    m = r.mapping(node, path, {"ttft_ms", "itl_ms"})
-    ttft = r.get(m, "ttft_ms", path, number(0.0), "must be a number > 0 (ms)", None)
-    itl = r.get(m, "itl_ms", path, number(0.0), "must be a number > 0 (ms)", None)
-    return SloConfig(ttft, itl)
 
 
 def _initial_params(r: KeyReader, node: Any, path: str) -> ServiceParams | None:
