@@ -288,6 +288,7 @@ class Daemon:
             pods_observed=0 if obs is None else obs.read_pods,
             saturated=saturated(decision, obs),
             slo_headroom_ratio=slo_headroom_ratio(decision),
+            slo_percentiles=dep.slo.percentiles,
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:

@@ -17,8 +17,10 @@ from enum import StrEnum
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
+from exporter.config import ItlKind
 from exporter.recommender import Decision, Reason
-from model import ServiceParams, TunerReason, TunerState
+from exporter.slo_targets import BindingTarget, percentile_label
+from model import LatencyMetric, PercentileTarget, ServiceParams, TunerReason, TunerState
 
 PREFIX = "vllm_sizer_"
 LABELS = ("deployment", "model_name")
@@ -45,6 +47,7 @@ class DeploymentStatus:
     pods_observed: int  # pods whose metrics were read in the last cycle
     saturated: bool | None  # None: neither a prediction nor an observation to judge by
     slo_headroom_ratio: float | None
+    slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
 
 
 class Signal(StrEnum):
@@ -182,7 +185,7 @@ class EnumGaugeSpec:
     help: str
     label: str
     values: type[StrEnum]
-    current: Callable[[DeploymentStatus], StrEnum]
+    current: Callable[[DeploymentStatus], StrEnum | None]  # None: no series at all
 
 
 ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
@@ -206,6 +209,14 @@ ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
         "reason",
         TunerReason,
         lambda s: s.tuner_reason,
+    ),
+    EnumGaugeSpec(
+        "binding_target",
+        "Which target sets the SLO capacity of a replica (for infeasible targets: the one "
+        "missed): 1 for the current one, 0 for the others; absent before the first sizing.",
+        "target",
+        BindingTarget,
+        lambda s: s.decision.binding_target,
     ),
 )
 
@@ -244,6 +255,8 @@ class SnapshotCollector:
             )
             for status in snapshot.deployments:
                 current = enum_spec.current(status)
+                if current is None:
+                    continue
                 for member in enum_spec.values:
                     key = [status.deployment, status.model_name, member.value]
                     family.add_metric(key, float(member is current))
@@ -258,6 +271,43 @@ class SnapshotCollector:
                 if error is not None:
                     errors.add_metric([s.deployment, s.model_name, signal.value], error)
         yield errors
+        yield from _percentile_families(snapshot)
+
+
+_ITL_KINDS = {kind.metric: kind for kind in ItlKind}
+
+
+def _percentile_families(snapshot: CycleSnapshot) -> Iterator[Metric]:
+    """Predicted and target percentiles: TTFT by `percentile`, ITL by `percentile` and `kind`."""
+    families = {
+        (name, ttft): GaugeMetricFamily(
+            f"{PREFIX}{name}_{'ttft' if ttft else 'itl'}_quantile_seconds",
+            help_text + ("" if ttft else " `kind`: per_token (every gap) or per_request (each "
+                         "request's mean gap)."),
+            labels=(*LABELS, "percentile") if ttft else (*LABELS, "percentile", "kind"),
+        )
+        for name, help_text in (
+            ("predicted", "Model percentile of each configured percentile target at the current "
+             "load on the current replicas, without the mean bias correction (+Inf when "
+             "saturated; never scale on it), as of the last cycle."),
+            ("slo", "Configured percentile target."),
+        )
+        for ttft in (True, False)
+    }  # fmt: skip
+
+    def add(name: str, s: DeploymentStatus, target: PercentileTarget, value_ms: float) -> None:
+        ttft = target.metric is LatencyMetric.TTFT
+        key = [s.deployment, s.model_name, percentile_label(target)]
+        if not ttft:
+            key.append(_ITL_KINDS[target.metric].value)
+        families[name, ttft].add_metric(key, value_ms * S_PER_MS)
+
+    for s in snapshot.deployments:
+        for predicted in s.decision.predicted_percentiles:
+            add("predicted", s, predicted.target, predicted.value_ms)
+        for target in s.slo_percentiles:
+            add("slo", s, target, target.target_ms)
+    yield from families.values()
 
 
 class BuildInfoCollector:

@@ -17,6 +17,12 @@ import numpy as np
 
 from exporter.config import DeploymentConfig
 from exporter.reading.observations import DeploymentObservation, ObservationStatus
+from exporter.slo_targets import (
+    BindingTarget,
+    PredictedPercentile,
+    binding_target,
+    predicted_percentiles,
+)
 from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
@@ -95,6 +101,8 @@ class Decision:
     saturation_rate_per_replica_rps: float | None
     predicted_ttft_ms: float | None  # at the current load on the current replicas
     predicted_itl_ms: float | None
+    binding_target: BindingTarget | None = None  # None: not sized this cycle
+    predicted_percentiles: tuple[PredictedPercentile, ...] = ()  # same load and replicas
 
 
 def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
@@ -136,6 +144,7 @@ class Forecast:
     itl_ms: float
     stable: bool
     saturation_rate_per_replica_rps: float
+    percentiles: tuple[PredictedPercentile, ...]  # each percentile target's, at the same rate
 
 
 def forecast(
@@ -147,8 +156,8 @@ def forecast(
     size_for_rps: float,
     per_replica_rps: float,
 ) -> Forecast:
-    """Size for a total rate and predict at a per-replica rate, corrected for the model's
-    mean relative error (TTFT, ITL) on recent windows."""
+    """Size for a total rate and predict at a per-replica rate, the means corrected for the
+    model's mean relative error (TTFT, ITL) on recent windows, the percentiles as predicted."""
     # prediction / factor is the corrected prediction, so a target T is met where the raw
     # prediction stays within T x factor.
     f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
@@ -161,6 +170,7 @@ def forecast(
         None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
         min_replicas=dep.min_replicas,
         options=dep.model,
+        percentiles=dep.slo.percentiles,
     )
     at = analyze(params, dep.server, workload, per_replica_rps, options=dep.model)
     return Forecast(
@@ -169,6 +179,9 @@ def forecast(
         itl_ms=float(at.itl_ms) / f_itl,
         stable=bool(at.stable),
         saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
+        percentiles=predicted_percentiles(
+            dep.slo.percentiles, params, dep.server, workload, per_replica_rps, dep.model
+        ),
     )
 
 
@@ -238,6 +251,8 @@ class Recommender:
             "saturation_rate_per_replica_rps": outlook.saturation_rate_per_replica_rps,
             "predicted_ttft_ms": outlook.ttft_ms,
             "predicted_itl_ms": outlook.itl_ms,
+            "binding_target": binding_target(plan.capacity),
+            "predicted_percentiles": outlook.percentiles,
         }
         if plan.replicas is None:
             return self._stabilized(

@@ -1,0 +1,91 @@
+"""What the recommender reports about percentile targets: which target binds the SLO capacity,
+and the model's percentiles at the current load. Percentile targets are sized on the model as
+it is: the mean bias factor corrects mean predictions and is not applied to tails."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from model import (
+    Binding,
+    LatencyMetric,
+    ModelOptions,
+    PercentileTarget,
+    ServerConfig,
+    ServiceParams,
+    SloCapacity,
+    Workload,
+    latency_quantiles,
+)
+
+
+class BindingTarget(StrEnum):
+    """Which target sets a replica's SLO capacity; exported label values."""
+
+    TTFT_MEAN = "ttft_mean"
+    ITL_MEAN = "itl_mean"
+    TTFT_PERCENTILE = "ttft_percentile"
+    ITL_PER_TOKEN_PERCENTILE = "itl_per_token_percentile"
+    ITL_PER_REQUEST_PERCENTILE = "itl_per_request_percentile"
+    MAX_RATE = "max_rate"  # no target binds below the rate at which the queue saturates
+
+
+_PERCENTILE_BINDING = {
+    LatencyMetric.TTFT: BindingTarget.TTFT_PERCENTILE,
+    LatencyMetric.ITL_PER_TOKEN: BindingTarget.ITL_PER_TOKEN_PERCENTILE,
+    LatencyMetric.ITL_PER_REQUEST: BindingTarget.ITL_PER_REQUEST_PERCENTILE,
+}
+_MEAN_BINDING = {
+    Binding.TTFT: BindingTarget.TTFT_MEAN,
+    Binding.ITL: BindingTarget.ITL_MEAN,
+    Binding.CAPACITY: BindingTarget.MAX_RATE,
+}
+
+
+def binding_target(capacity: SloCapacity) -> BindingTarget:
+    """The kind of target that binds `capacity` (for an infeasible one: the target missed)."""
+    if capacity.binding_target is not None:
+        return _PERCENTILE_BINDING[capacity.binding_target.metric]
+    return _MEAN_BINDING[capacity.binding]
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedPercentile:
+    """The model's value (ms; +inf when the load saturates) of a target's percentile."""
+
+    target: PercentileTarget
+    value_ms: float
+
+
+def predicted_percentiles(
+    targets: Sequence[PercentileTarget],
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    rate_rps: float,
+    options: ModelOptions,
+) -> tuple[PredictedPercentile, ...]:
+    """Each target's percentile predicted at a per-replica rate (req/s): one model evaluation
+    for all of them, none without targets."""
+    if not targets:
+        return ()
+    quantiles = sorted({t.quantile for t in targets})
+    found = latency_quantiles(params, server, workload, rate_rps, quantiles, options=options)
+    values = {
+        LatencyMetric.TTFT: found.ttft_ms,
+        LatencyMetric.ITL_PER_TOKEN: found.itl_per_token_ms,
+        LatencyMetric.ITL_PER_REQUEST: found.itl_per_request_ms,
+    }
+    return tuple(
+        PredictedPercentile(t, float(np.asarray(values[t.metric])[quantiles.index(t.quantile)]))
+        for t in targets
+    )
+
+
+def percentile_label(target: PercentileTarget) -> str:
+    """The `percentile` label value: '95' for p95, '99.9' for p99.9."""
+    return f"{round(target.quantile * 100, 6):g}"
