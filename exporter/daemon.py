@@ -44,9 +44,10 @@ from exporter.recommender import (
     slo_headroom_ratio,
     waiting_queue_grows,
 )
-from exporter.server import WhatIf
+from exporter.slo_targets import binding_target
 from exporter.statefile import StateFile
-from model import Workload
+from exporter.what_if import WhatIf
+from model import Workload, latency_quantiles
 from model.calibration.observation import Observation
 
 logger = logging.getLogger(__name__)
@@ -320,8 +321,15 @@ class Daemon:
         age = self._clock.monotonic() - self._last_success_mono
         return age <= READY_PERIODS * self.config.cycle_period_s
 
-    def predict(self, deployment: str, rate_rps: float, replicas: int | None) -> WhatIf:
-        """What-if at a total rate with the current parameters (LookupError if impossible)."""
+    def predict(
+        self,
+        deployment: str,
+        rate_rps: float,
+        replicas: int | None,
+        quantiles: tuple[float, ...] = (),
+    ) -> WhatIf:
+        """What-if at a total rate with the current parameters, with the model's percentiles
+        at `quantiles` (LookupError if impossible)."""
         runtime = self.runtimes.get(deployment)
         if runtime is None:
             raise LookupError(f"unknown deployment {deployment!r}")
@@ -347,7 +355,15 @@ class Daemon:
             replicas_needed=outlook.plan.replicas,
             feasible=outlook.plan.capacity.feasible,
             params=params.to_dict(),
-        )
+            binding_target=binding_target(outlook.plan.capacity),
+            targets=outlook.percentiles,
+            quantiles=None
+            if not quantiles
+            else latency_quantiles(
+                params, runtime.config.server, workload, rate_rps / count, quantiles,
+                options=runtime.config.model,
+            ),
+        )  # fmt: skip
 
     # -- persistence -----------------------------------------------------------------------
 

@@ -297,7 +297,7 @@ def _percentile_families(snapshot: CycleSnapshot) -> Iterator[Metric]:
 
     def add(name: str, s: DeploymentStatus, target: PercentileTarget, value_ms: float) -> None:
         ttft = target.metric is LatencyMetric.TTFT
-        key = [s.deployment, s.model_name, percentile_label(target)]
+        key = [s.deployment, s.model_name, percentile_label(target.quantile)]
         if not ttft:
             key.append(_ITL_KINDS[target.metric].value)
         families[name, ttft].add_metric(key, value_ms * S_PER_MS)

@@ -86,6 +86,6 @@ def predicted_percentiles(
     )
 
 
-def percentile_label(target: PercentileTarget) -> str:
-    """The `percentile` label value: '95' for p95, '99.9' for p99.9."""
-    return f"{round(target.quantile * 100, 6):g}"
+def percentile_label(quantile: float) -> str:
+    """The `percentile` label value of a quantile: '95' for 0.95, '99.9' for 0.999."""
+    return f"{round(quantile * 100, 6):g}"
