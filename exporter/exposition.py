@@ -275,6 +275,12 @@ class SnapshotCollector:
 
 
 _ITL_KINDS = {kind.metric: kind for kind in ItlKind}
+# Percentile gauges (without prefix): TTFT by `percentile`, ITL by `percentile` and `kind`.
+PERCENTILE_GAUGES = tuple(
+    f"{source}_{metric}_quantile_seconds"
+    for source in ("predicted", "slo")
+    for metric in ("ttft", "itl")
+)
 
 
 def _percentile_families(snapshot: CycleSnapshot) -> Iterator[Metric]:

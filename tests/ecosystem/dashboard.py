@@ -38,6 +38,11 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_tuner_state",
         "vllm_sizer_tuner_reason",
         "vllm_sizer_fit_error_ratio",
+        "vllm_sizer_binding_target",
+        "vllm_sizer_predicted_ttft_quantile_seconds",
+        "vllm_sizer_predicted_itl_quantile_seconds",
+        "vllm_sizer_slo_ttft_quantile_seconds",
+        "vllm_sizer_slo_itl_quantile_seconds",
     }
 )
 # Per-deployment counters of the daemon (label `deployment`, but no `model_name`).

@@ -69,6 +69,16 @@ class SizerValues:
             "recommendation_reason": "scale_up",
             "tuner_state": "fitted",
             "tuner_reason": "accepted",
+            "binding_target": "ttft_percentile",
+        }
+    )
+    # Percentile gauges (exporter.exposition.PERCENTILE_GAUGES): their labels and value.
+    percentiles: dict[str, tuple[dict[str, str], float]] = field(
+        default_factory=lambda: {
+            "predicted_ttft_quantile_seconds": ({"percentile": "95"}, 0.42),
+            "predicted_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.061),
+            "slo_ttft_quantile_seconds": ({"percentile": "95"}, 0.5),
+            "slo_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.08),
         }
     )
     fit_error: dict[str, float] = field(
@@ -110,6 +120,10 @@ class StubCollector:
             for member in spec.values:
                 enum.add_metric([*key, member.value], float(member is current))
             yield enum
+        for name, (extra, value) in v.percentiles.items():
+            family = GaugeMetricFamily(PREFIX + name, name, labels=[*labels, *extra])
+            family.add_metric([*key, *extra.values()], value)
+            yield family
         fit = GaugeMetricFamily(PREFIX + "fit_error_ratio", "fit error", labels=[*labels, "signal"])
         for signal, error in v.fit_error.items():
             fit.add_metric([*key, signal], error)

@@ -163,7 +163,8 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     enums = {collector.PREFIX + spec.name for spec in collector.ENUM_GAUGES}
     families = list(collector.SnapshotCollector().describe())
     names = {m.name for m in families}
-    assert gauges | enums | {collector.PREFIX + "fit_error_ratio"} == names
+    percentiles = {collector.PREFIX + name for name in collector.PERCENTILE_GAUGES}
+    assert gauges | enums | percentiles | {collector.PREFIX + "fit_error_ratio"} == names
     assert {m.type for m in families} == {"gauge"}
     assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"
 
