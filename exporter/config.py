@@ -29,6 +29,8 @@ MAX_TUNER_WINDOW = 1_000  # also bounds tuner.min_observations
 MAX_REPLICAS = 10_000
 # The HPA's own limit for a stabilization window; the history holds one entry per cycle of it.
 MAX_STABILIZATION_S = 3600.0
+MAX_IDLE_S = 86_400.0  # scale_from_zero.idle_s: a day without demand
+MAX_QUERY_CHARS = 4096  # scale_from_zero.demand_query: a real one is a line
 # A fit evaluates the model on a table of tuner.window x (max_num_seqs + max_queue_size) floats,
 # several times over: 2**20 cells is ~70 MiB and ~0.1 s per evaluation (100 million max_num_seqs
 # alone took 763 MiB per evaluation). Each factor has its bound above; so does their product.
@@ -46,10 +48,12 @@ class PrometheusConfig:
 
 
 class SourceKind(StrEnum):
-    """How a deployment's vLLM metrics are read; exported label values."""
+    """What a read was of: how a deployment's vLLM metrics are read, or its demand query;
+    exported label values."""
 
     SCRAPE = "scrape"  # the pods' /metrics, directly
     PROMETHEUS = "prometheus"  # vLLM's series in a Prometheus server
+    DEMAND = "demand"  # the scale_from_zero demand query (errors only: never a deployment's source)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +105,23 @@ class TunerConfig:
     window: int = DEFAULT_WINDOW
 
 
+class DemandKind(StrEnum):
+    """What the scale_from_zero demand query measures; exported label values."""
+
+    RATE = "rate"  # requests/s reaching the router: sized for with the kept calibration
+    QUEUE = "queue"  # requests held upstream (a queue length): any is worth one replica
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScaleFromZeroConfig:
+    """Scale to zero after `idle_s` without demand or requests, back as soon as the upstream
+    demand query (PromQL, one value) reads above 0. Central mode only."""
+
+    demand_query: str
+    idle_s: float
+    demand: DemandKind = DemandKind.RATE
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeploymentConfig:
     """One vLLM deployment to observe, calibrate and size."""
@@ -110,13 +131,19 @@ class DeploymentConfig:
     source: SourceConfig
     server: ServerConfig
     slo: SloConfig
-    min_replicas: int = 1
+    min_replicas: int = 1  # 0 only with scale_from_zero
     max_replicas: int = 10
     scale_down_stabilization_s: float = DEFAULT_STABILIZATION_S
     look_ahead_s: float = 0.0  # size for the load trend this far ahead (0 = the current load)
     initial_params: ServiceParams | None = None
     tuner: TunerConfig = field(default_factory=TunerConfig)
     model: ModelOptions = field(default_factory=ModelOptions)
+    scale_from_zero: ScaleFromZeroConfig | None = None  # min_replicas 0 needs it
+
+    @property
+    def serving_min_replicas(self) -> int:
+        """The fewest replicas sized for while serving: 0 is decided only by scale_from_zero."""
+        return max(self.min_replicas, 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,6 @@ from exporter.config import (
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
     MAX_QUEUE_SIZE,
-    MAX_REPLICAS,
     MAX_STABILIZATION_S,
     MAX_TUNER_WINDOW,
     MIN_CYCLE_PERIOD_S,
@@ -44,6 +43,7 @@ from exporter.config_checks import (
     read_yaml,
     string,
 )
+from exporter.config_replicas import replica_bounds
 from exporter.config_slo import parse_slo
 from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
 
@@ -183,6 +183,7 @@ _DEPLOYMENT_KEYS = {
     "initial_params",
     "tuner",
     "model",
+    "scale_from_zero",
 }
 
 
@@ -202,18 +203,7 @@ def _deployment(
     source = _source(r, m.get("source"), f"{path}.source", prometheus)
     server = _server(r, m.get("server"), f"{path}.server")
     slo = parse_slo(r, m.get("slo"), f"{path}.slo")
-    rep = r.mapping(m.get("replicas"), f"{path}.replicas", {"min", "max"})
-    low = r.get(rep, "min", f"{path}.replicas", integer(1), "must be an integer >= 1", 1)
-    high = r.get(
-        rep,
-        "max",
-        f"{path}.replicas",
-        integer(1, MAX_REPLICAS),
-        f"must be an integer >= 1 and <= {MAX_REPLICAS}",
-        10,
-    )
-    if high < low:
-        r.fail(f"{path}.replicas.max", f"must be >= replicas.min ({low})", high)
+    low, high, zero = replica_bounds(r, m, path, source)
     window = r.get(
         m,
         "scale_down_stabilization_s",
@@ -248,6 +238,7 @@ def _deployment(
         model=options,
         initial_params=initial,
         tuner=tuner,
+        scale_from_zero=zero,
     )
 
 

@@ -12,11 +12,12 @@ import logging
 import math
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import Clock
-from exporter.config import Config
+from exporter.config import Config, SourceKind
 from exporter.deployment_state import (
     DeploymentRuntime,
     new_tuner,
@@ -25,21 +26,15 @@ from exporter.deployment_state import (
 )
 from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
+from exporter.forecast import forecast
 from exporter.operation_metrics import CycleOutcome, OperationMetrics
+from exporter.reading.demand import DemandRead, DemandSource, DemandWatch, read_demand
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.reading.pod_observation import Problem
-from exporter.reading.promapi import PrometheusClient
-from exporter.reading.sources import (
-    HistorySource,
-    PrometheusSource,
-    ScrapeSource,
-    Source,
-    SourceRead,
-)
+from exporter.reading.sources import HistorySource, Source, SourceRead
 from exporter.recommender import (
     Decision,
     Recommender,
-    forecast,
     saturated,
     slo_headroom_ratio,
     waiting_queue_grows,
@@ -65,38 +60,6 @@ READ_DEADLINE = 0.8
 READY_PERIODS = 3.0
 
 
-def build_sources(config: Config, clock: Clock) -> dict[str, Source]:
-    """One source per deployment, from its `source` section."""
-    client = None
-    if config.prometheus is not None:
-        client = PrometheusClient(
-            config.prometheus.url,
-            timeout_s=config.prometheus.timeout_s,
-            bearer_token_file=config.prometheus.bearer_token_file,
-            ca_file=config.prometheus.ca_file,
-        )
-    sources: dict[str, Source] = {}
-    for dep in config.deployments:
-        src = dep.source
-        if src.prometheus_selector is not None:
-            assert client is not None  # config validation guarantees the prometheus section
-            sources[dep.name] = PrometheusSource(
-                client=client,
-                clock=clock,
-                selector=src.prometheus_selector,
-                model_name=dep.model_name,
-            )
-        else:
-            sources[dep.name] = ScrapeSource(
-                clock=clock,
-                urls=src.scrape_urls,
-                service_url=src.scrape_service,
-                model_name=dep.model_name,
-                timeout_s=src.scrape_timeout_s,
-            )
-    return sources
-
-
 class Daemon:
     """Runs cycles over every configured deployment and publishes their results."""
 
@@ -109,9 +72,18 @@ class Daemon:
         statefile: StateFile | None = None,
         *,
         wall_clock: Clock | None = None,
+        demand: Mapping[str, DemandSource] | None = None,
     ) -> None:
         """`clock` drives the cycle (windows, readiness); `wall_clock` (default: `clock`) times
-        what is exported, so a simulation's daemon still exports wall-clock timestamps."""
+        what is exported, so a simulation's daemon still exports wall-clock timestamps;
+        `demand` has the demand query of each deployment with scale_from_zero."""
+        demand = demand or {}
+        missing = [d.name for d in config.deployments if d.scale_from_zero and d.name not in demand]
+        if missing:
+            raise ValueError(
+                f"`demand` must have a source for each scale_from_zero deployment, "
+                f"got none for {', '.join(missing)}"
+            )
         self.config = config
         self._clock = clock
         self._wall_clock = wall_clock or clock
@@ -131,6 +103,8 @@ class Daemon:
                 tuner=new_tuner(dep),
                 recommender=Recommender(dep),
                 tracker=WindowTracker(dep.name),
+                demand=demand.get(dep.name) if dep.scale_from_zero else None,
+                demand_watch=DemandWatch(dep.name) if dep.scale_from_zero else None,
             )
             for dep in config.deployments
         }
@@ -189,18 +163,22 @@ class Daemon:
         self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]
     ) -> bool:
         dep = runtime.config
+        reads = future.result() if future.done() else None
+        demand = self._demand(runtime, reads)
         try:
-            if not future.done():
-                raise SourceError(
-                    f"no answer within {READ_DEADLINE:.0%} of the cycle period",
-                    reason=FailureReason.TIMEOUT,
-                )
-            history, read = future.result()
+            if reads is None:
+                raise _late()
+            if isinstance(reads.now, SourceError):
+                raise reads.now
+            history, read = reads.history, reads.now
         except SourceError as exc:
             logger.warning("%s: source failed (%s): %s", dep.name, exc.reason, exc)
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
             runtime.observation = None
-            self._log(runtime, runtime.recommender.decide(now_s, None, runtime.params, None))
+            decision = runtime.recommender.decide(
+                now_s, None, runtime.params, None, demand=demand
+            )
+            self._log(runtime, decision)
             return False
         if history is not None and not runtime.tracker.primed:
             runtime.tracker.observe(history)  # the first cycle already closes a whole window
@@ -221,10 +199,29 @@ class Daemon:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
         self._tune(runtime, obs)
         decision = runtime.recommender.decide(
-            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias()
+            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), demand=demand
         )
         self._log(runtime, decision)
-        return obs.success
+        # At zero the demand is the observation: a read that found no pod and a demand read
+        # make a successful cycle (readiness, the KEDA query's freshness guard, the alerts).
+        empty = obs.status is ObservationStatus.NO_PODS and obs.ready_pods == 0
+        return obs.success or (empty and demand is not None)
+
+    def _demand(self, runtime: DeploymentRuntime, reads: Reads | None) -> float | None:
+        """This cycle's demand (None: no scale_from_zero, or the read failed: counted under
+        source "demand" and logged once per run of failures)."""
+        if runtime.demand_watch is None:
+            return None
+        outcome = _late() if reads is None or reads.demand is None else reads.demand
+        if isinstance(outcome, SourceError):
+            dep = runtime.config
+            self.metrics.scrape_errors.labels(dep.name, SourceKind.DEMAND, outcome.reason).inc()
+            runtime.demand_watch.failed(outcome)
+            runtime.demand_value = None
+        else:
+            runtime.demand_watch.answered()
+            runtime.demand_value = outcome.value
+        return runtime.demand_value
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
         """Feed one per-replica observation to the tuner when the window is steady and has
@@ -289,6 +286,8 @@ class Daemon:
             pods_observed=0 if obs is None else obs.read_pods,
             saturated=saturated(decision, obs),
             slo_headroom_ratio=slo_headroom_ratio(decision),
+            demand=runtime.demand_value,
+            demand_kind=None if dep.scale_from_zero is None else dep.scale_from_zero.demand,
             slo_percentiles=dep.slo.percentiles,
         )
 
@@ -387,11 +386,23 @@ def _fmt(value: float | None) -> str:
     return "inf" if math.isinf(value) else f"{value:.4g}"
 
 
-Reads = tuple[SourceRead | None, SourceRead]  # (one period back, if the source can; now)
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """One deployment's reads of one cycle; a failed read is its error."""
+
+    history: SourceRead | None  # one period back, if the source can (first cycle only)
+    now: SourceRead | SourceError
+    demand: DemandRead | SourceError | None  # None without scale_from_zero
+
+
+def _late() -> SourceError:
+    return SourceError(
+        f"no answer within {READ_DEADLINE:.0%} of the cycle period", reason=FailureReason.TIMEOUT
+    )
 
 
 def _read_source(runtime: DeploymentRuntime, past_s: float) -> Reads:
-    """A deployment's read, run on a reader thread: it touches no daemon state."""
+    """A deployment's reads, run on a reader thread: they touch no daemon state."""
     source = runtime.source
     history = None
     if not runtime.tracker.primed and isinstance(source, HistorySource):
@@ -399,4 +410,8 @@ def _read_source(runtime: DeploymentRuntime, past_s: float) -> Reads:
             history = source.read_at(past_s)
         except SourceError as exc:  # the cycle's own read reports and counts the failure
             logger.info("%s: no history to start from (%s)", runtime.config.name, exc)
-    return history, source.read()
+    demand = None if runtime.demand is None else read_demand(runtime.demand)
+    try:
+        return Reads(history, source.read(), demand)
+    except SourceError as exc:
+        return Reads(history, exc, demand)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.config import DeploymentConfig
+from exporter.reading.demand import DemandSource, DemandWatch
 from exporter.reading.observations import DeploymentObservation, WindowTracker
 from exporter.reading.sources import Source
 from exporter.recommender import Recommender
@@ -31,6 +32,9 @@ class DeploymentRuntime:
     observation: DeploymentObservation | None = field(default=None)
     previous_rate_rps: float | None = None
     pending_read: Future[Any] | None = None  # the source read in flight (reader thread)
+    demand: DemandSource | None = None  # the demand query, with scale_from_zero
+    demand_watch: DemandWatch | None = None  # with scale_from_zero
+    demand_value: float | None = None  # the last cycle's demand (None: failed or not read)
 
     @property
     def params(self) -> ServiceParams | None:

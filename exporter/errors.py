@@ -13,7 +13,8 @@ from enum import StrEnum
 
 
 class FailureReason(StrEnum):
-    """Why a read of vLLM's metrics failed; the `reason` label of vllm_sizer_scrape_errors_total."""
+    """Why a read of vLLM's metrics (or of the demand query) failed; the `reason` label of
+    vllm_sizer_scrape_errors_total."""
 
     TIMEOUT = "timeout"
     CONNECTION = "connection"
@@ -24,6 +25,7 @@ class FailureReason(StrEnum):
     RESOLVE = "resolve"
     BAD_RESPONSE = "bad_response"  # Prometheus answered, but not with a vector
     QUERY = "query"  # Prometheus rejected the query
+    BAD_VALUE = "bad_value"  # the demand query gave no single finite value >= 0
     TOKEN = "token"  # the bearer token file could not be read
     MODEL_NOT_FOUND = "model_not_found"  # pods answered, none serves the configured model
     INTERNAL = "internal"  # a bug in the sizer, caught by the per-deployment guard

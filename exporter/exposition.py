@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
-from exporter.config import ItlKind
+from exporter.config import DemandKind, ItlKind
 from exporter.recommender import Decision, Reason
 from exporter.slo_targets import BindingTarget, percentile_label
 from model import LatencyMetric, PercentileTarget, ServiceParams, TunerReason, TunerState
@@ -47,6 +47,8 @@ class DeploymentStatus:
     pods_observed: int  # pods whose metrics were read in the last cycle
     saturated: bool | None  # None: neither a prediction nor an observation to judge by
     slo_headroom_ratio: float | None
+    demand: float | None = None  # the scale_from_zero query's value (None: failed or none)
+    demand_kind: DemandKind | None = None  # None without scale_from_zero
     slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
 
 
@@ -271,6 +273,16 @@ class SnapshotCollector:
                 if error is not None:
                     errors.add_metric([s.deployment, s.model_name, signal.value], error)
         yield errors
+        demand = GaugeMetricFamily(
+            PREFIX + "demand",
+            "Upstream demand read by the scale_from_zero query, as of the last cycle: requests/s "
+            "(kind rate) or requests (kind queue).",
+            labels=(*LABELS, "kind"),
+        )
+        for s in snapshot.deployments:
+            if s.demand is not None and s.demand_kind is not None:
+                demand.add_metric([s.deployment, s.model_name, s.demand_kind.value], s.demand)
+        yield demand
         yield from _percentile_families(snapshot)
 
 

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from exporter.config import DeploymentConfig
+from exporter.config import DeploymentConfig, SourceKind
 from exporter.errors import FailureReason
 from exporter.exposition import PREFIX
 from exporter.reading.pod_observation import Problem
@@ -42,7 +42,8 @@ class OperationMetrics:
     ) -> None:
         self.scrape_errors = Counter(
             PREFIX + "scrape_errors",
-            "Failed reads of vLLM metrics, by source kind and reason.",
+            "Failed reads of vLLM metrics (source scrape or prometheus) and of the scale_from_zero "
+            "demand query (source demand), by reason.",
             ["deployment", "source", "reason"],
             registry=registry,
         )
@@ -83,6 +84,8 @@ class OperationMetrics:
         for dep in deployments:
             for reason in FailureReason:
                 self.scrape_errors.labels(dep.name, dep.source.kind, reason)
+                if dep.scale_from_zero is not None:
+                    self.scrape_errors.labels(dep.name, SourceKind.DEMAND, reason)
             for problem in Problem:
                 self.observation_problems.labels(dep.name, problem)
         for outcome in CycleOutcome:

@@ -9,24 +9,18 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from exporter.config import DeploymentConfig
+from exporter.config import DemandKind, DeploymentConfig
+from exporter.forecast import forecast
 from exporter.reading.observations import DeploymentObservation, ObservationStatus
-from exporter.slo_targets import (
-    BindingTarget,
-    PredictedPercentile,
-    binding_target,
-    predicted_percentiles,
-)
-from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
-
-# Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
-MAX_BIAS = 0.5
+from exporter.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
+from exporter.slo_targets import BindingTarget, PredictedPercentile, binding_target
+from model import ServiceParams, Workload
 
 # Look-ahead: the trend is a least-squares slope over this many recent windows (at least 3).
 TREND_WINDOWS = 4
@@ -59,6 +53,10 @@ class Reason(StrEnum):
     NO_PODS = "no_pods"
     MODEL_NOT_FOUND = "model_not_found"
     PODS_UNOBSERVED = "pods_unobserved"
+    IDLE = "idle"
+    SCALED_TO_ZERO = "scaled_to_zero"
+    DEMAND_FROM_ZERO = "demand_from_zero"
+    DEMAND_UNKNOWN = "demand_unknown"
 
 
 REASON_MESSAGES: dict[Reason, str] = {
@@ -78,6 +76,12 @@ REASON_MESSAGES: dict[Reason, str] = {
     "recommendation",
     Reason.PODS_UNOBSERVED: "some pods could not be observed: their load is estimated from "
     "the others, and the count is not lowered on a partial view",
+    Reason.IDLE: "no demand and no request at any pod: 0 replicas once scale_from_zero.idle_s "
+    "has passed",
+    Reason.SCALED_TO_ZERO: "no demand and no request for scale_from_zero.idle_s: 0 replicas",
+    Reason.DEMAND_FROM_ZERO: "demand at 0 replicas: sized from the demand and the kept "
+    "calibration (at least 1)",
+    Reason.DEMAND_UNKNOWN: "the demand query failed: 0 replicas stay 0 until it answers",
 }
 # Observation verdicts that carry no rates: what the decision says instead.
 _UNUSABLE = {
@@ -134,57 +138,6 @@ def slo_headroom_ratio(decision: Decision) -> float | None:
     return total / rate
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Forecast:
-    """The bias-corrected model of one deployment: replicas for a total rate, and latencies
-    (ms) at a per-replica rate (req/s)."""
-
-    plan: ReplicaPlan
-    ttft_ms: float
-    itl_ms: float
-    stable: bool
-    saturation_rate_per_replica_rps: float
-    percentiles: tuple[PredictedPercentile, ...]  # each percentile target's, at the same rate
-
-
-def forecast(
-    dep: DeploymentConfig,
-    params: ServiceParams,
-    workload: Workload,
-    bias: tuple[float, float] | None,
-    *,
-    size_for_rps: float,
-    per_replica_rps: float,
-) -> Forecast:
-    """Size for a total rate and predict at a per-replica rate, the means corrected for the
-    model's mean relative error (TTFT, ITL) on recent windows, the percentiles as predicted."""
-    # prediction / factor is the corrected prediction, so a target T is met where the raw
-    # prediction stays within T x factor.
-    f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
-    plan = replicas_for_slo(
-        size_for_rps,
-        params,
-        dep.server,
-        workload,
-        None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
-        None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
-        min_replicas=dep.min_replicas,
-        options=dep.model,
-        percentiles=dep.slo.percentiles,
-    )
-    at = analyze(params, dep.server, workload, per_replica_rps, options=dep.model)
-    return Forecast(
-        plan=plan,
-        ttft_ms=float(at.ttft_ms) / f_ttft,
-        itl_ms=float(at.itl_ms) / f_itl,
-        stable=bool(at.stable),
-        saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
-        percentiles=predicted_percentiles(
-            dep.slo.percentiles, params, dep.server, workload, per_replica_rps, dep.model
-        ),
-    )
-
-
 class Recommender:
     """Per-deployment decision state: the stabilization history and the last decision."""
 
@@ -192,6 +145,8 @@ class Recommender:
         self._dep = deployment
         self._history: deque[tuple[float, int]] = deque()
         self._rates: deque[tuple[float, float]] = deque(maxlen=TREND_WINDOWS)
+        zero = deployment.scale_from_zero
+        self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
 
     def decide(
@@ -201,12 +156,67 @@ class Recommender:
         params: ServiceParams | None,
         workload: Workload | None,
         bias: tuple[float, float] | None = None,
+        *,
+        demand: float | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
-        mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction."""
+        mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
+        `demand` is the scale_from_zero query's value (None: not read)."""
         decision = self._decide(now_s, observation, params, workload, bias)
+        if self._gate is not None:
+            pods = pods_state(observation)
+            verdict = self._gate.judge(now_s, pods, demand)
+            decision = self._gated(now_s, verdict, decision, pods, demand, params, workload, bias)
         self.last = decision
         return decision
+
+    def _gated(
+        self,
+        now_s: float,
+        verdict: Verdict,
+        serving: Decision,
+        pods: PodsState,
+        demand: float | None,
+        params: ServiceParams | None,
+        workload: Workload | None,
+        bias: tuple[float, float] | None,
+    ) -> Decision:
+        """The serving decision as scale to zero has it (exporter.scale_to_zero)."""
+        if verdict is Verdict.SERVE:
+            return serving
+        if verdict is Verdict.IDLE:
+            return replace(serving, reason=Reason.IDLE, message=REASON_MESSAGES[Reason.IDLE])
+        if verdict is not Verdict.FROM_ZERO:
+            reason = Reason.SCALED_TO_ZERO if verdict is Verdict.ZERO else Reason.DEMAND_UNKNOWN
+            current = 0 if pods is PodsState.NONE else serving.current_replicas
+            return replace(
+                serving,
+                desired_replicas=0,
+                reason=reason,
+                message=REASON_MESSAGES[reason],
+                current_replicas=current,
+            )
+        assert demand is not None and self._dep.scale_from_zero is not None  # FROM_ZERO has it
+        rate = demand if self._dep.scale_from_zero.demand is DemandKind.RATE else None
+        if rate is None or params is None or workload is None:
+            # A queue length, or no calibration yet: one replica, then sizing from its metrics.
+            return self._stabilized(now_s, 1, None, Reason.DEMAND_FROM_ZERO, 0, rate)
+        outlook = forecast(
+            self._dep, params, workload, bias, size_for_rps=rate, per_replica_rps=rate
+        )
+        plan = outlook.plan
+        return self._stabilized(
+            now_s,
+            self._dep.max_replicas if plan.replicas is None else plan.replicas,
+            plan.replicas,
+            Reason.DEMAND_FROM_ZERO,
+            0,
+            rate,
+            sizing_rate_rps=rate,
+            max_rate_per_replica_rps=plan.capacity.rate_rps,
+            saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
+            binding_target=binding_target(plan.capacity),
+        )
 
     def _decide(
         self,
@@ -225,10 +235,8 @@ class Recommender:
         if obs.status is ObservationStatus.WARMING_UP:
             # No window to size on (first read, after a blip, after a restart): keep what was
             # recommended, so a pod still starting is not removed.
-            held = self._held(now_s)
-            return _decision(
-                current if held is None else held, Reason.FIRST_WINDOW, current=current
-            )
+            # (A 0 that stands is no count for pods that are there: keep them.)
+            return _decision(self._held(now_s) or current, Reason.FIRST_WINDOW, current=current)
         rate = obs.arrival_rate_rps
         self._rates.append((now_s, rate))
         if params is None or workload is None:
@@ -297,11 +305,11 @@ class Recommender:
         model_replicas: int | None,
         reason: Reason | None,
         current: int,
-        rate: float,
+        rate: float | None,
         **extra: Any,
     ) -> Decision:
         dep = self._dep
-        wanted = min(max(wanted, dep.min_replicas), dep.max_replicas)
+        wanted = min(max(wanted, dep.serving_min_replicas), dep.max_replicas)
         while self._history and self._history[0][0] < now_s - dep.scale_down_stabilization_s:
             self._history.popleft()
         self._history.append((now_s, wanted))
@@ -326,14 +334,19 @@ class Recommender:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe stabilization history."""
-        return {"history": [[t, r] for t, r in self._history]}
+        """JSON-safe stabilization history (and scale-to-zero state)."""
+        saved: dict[str, Any] = {"history": [[t, r] for t, r in self._history]}
+        if self._gate is not None:
+            saved["zero"] = self._gate.to_dict()
+        return saved
 
     def restore(self, data: dict[str, Any], now_s: float) -> None:
         """Load a history saved by `to_dict`: entries that do not parse, lie in the future or
         have left the stabilization window are dropped; counts are clamped to today's bounds."""
         self._history.clear()
         dep = self._dep
+        if self._gate is not None and isinstance(data, dict):
+            self._gate.restore(data.get("zero"), now_s)
         history = data.get("history", []) if isinstance(data, dict) else []
         for entry in history if isinstance(history, list) else []:
             if (
@@ -345,12 +358,8 @@ class Recommender:
                 and isinstance(entry[1], int)
                 and not isinstance(entry[1], bool)
             ):
-                count = min(max(entry[1], dep.min_replicas), dep.max_replicas)
+                count = min(max(entry[1], dep.serving_min_replicas), dep.max_replicas)
                 self._history.append((float(entry[0]), count))
-
-
-def _factor(bias: float) -> float:
-    return 1.0 + min(max(bias, -MAX_BIAS), MAX_BIAS)
 
 
 def _decision(

@@ -10,7 +10,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig, SourceKind
+from exporter.config import (
+    Config,
+    DemandKind,
+    DeploymentConfig,
+    SloConfig,
+    SourceConfig,
+    SourceKind,
+)
 from exporter.daemon import Daemon
 from exporter.errors import FailureReason
 from exporter.exposition import BuildInfoCollector, Signal
@@ -25,6 +32,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_tuner_state{state}": TunerState,
     "vllm_sizer_tuner_reason{reason}": TunerReason,
     "vllm_sizer_fit_error_ratio{signal}": Signal,
+    "vllm_sizer_demand{kind}": DemandKind,
     "vllm_sizer_scrape_errors_total{source}": SourceKind,
     "vllm_sizer_scrape_errors_total{reason}": FailureReason,
     "vllm_sizer_observation_problems_total{problem}": Problem,

@@ -22,12 +22,13 @@ from prometheus_client import CollectorRegistry
 from exporter.clock import Clock, SystemClock
 from exporter.commands.version import package_version
 from exporter.config_loader import listen_problem, load_config
-from exporter.daemon import Daemon, build_sources
+from exporter.daemon import Daemon
 from exporter.errors import ConfigError
 from exporter.exposition import BuildInfoCollector
 from exporter.operation_metrics import SkippedEvent
 from exporter.scheduler import PeriodicScheduler
 from exporter.server import SizerHTTPServer
+from exporter.sources_from_config import build_demand_sources, build_sources
 from exporter.statefile import StateFile
 
 logger = logging.getLogger("vllm_sizer")
@@ -65,7 +66,14 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
-    daemon = Daemon(config, build_sources(config, clock), registry, clock, statefile)
+    daemon = Daemon(
+        config,
+        build_sources(config, clock),
+        registry,
+        clock,
+        statefile,
+        demand=build_demand_sources(config),
+    )
     unwritable = None if statefile is None else statefile.check_writable()
     if unwritable is not None:
         logger.error("state file %s cannot be written: %s", config.state_file, unwritable)

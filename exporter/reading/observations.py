@@ -9,7 +9,7 @@ no latency observation (None), never zeros.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -90,6 +90,9 @@ class DeploymentObservation:
     failures: tuple[PodFailure, ...]
     problems: tuple[Problem, ...]
     saturation: tuple[Saturation, ...] = ()  # every sign seen on any observed pod
+    # Requests running or waiting at the window's end, summed over the pods read (None when a
+    # pod lacks either gauge): what scale to zero waits to see at 0.
+    requests_in_flight: float | None = None
     skipped_lines: int = 0  # unparseable exposition lines in the end read, all pods
     rejected_samples: int = 0  # NaN/Inf/negative/mistyped samples in the end read, all pods
 
@@ -183,6 +186,7 @@ def observe_deployment(
         failures=end.failures,
         problems=tuple(sorted(problems)),
         saturation=tuple(sign for sign in Saturation if any(sign in p.saturation for p in pods)),
+        requests_in_flight=_in_flight(after.values()),
         skipped_lines=sum(s.skipped_lines for s in end.samples),
         rejected_samples=sum(s.rejected_samples for s in end.samples),
     )
@@ -237,6 +241,16 @@ def _status(
     if sum(p.completed for p in pods) <= 0:
         return ObservationStatus.NO_LATENCY
     return ObservationStatus.OK
+
+
+def _in_flight(samples: Iterable[PodSample]) -> float | None:
+    total = 0.0
+    for sample in samples:
+        backlog = [sample.gauges.get(name) for name in (GaugeName.RUNNING, GaugeName.WAITING)]
+        if None in backlog:
+            return None
+        total += sum(v for v in backlog if v is not None)
+    return total
 
 
 def _sum_deltas(pods: list[PodObservation]) -> dict[HistogramName, HistogramTotals]:

@@ -11,9 +11,9 @@ from tests.conftest import REPO_ROOT
 DASHBOARD_PATH = REPO_ROOT / "grafana" / "vllm-sizer.json"
 
 # Every series the daemon exports. The per-deployment ones come from the snapshot collector
-# (labels `deployment`, `model_name`, plus `reason`/`state` on the enum-style gauges and `signal`
-# on the fit error); the health metrics are the daemon's own, per process, and only the error
-# counters among them carry a `deployment` label.
+# (labels `deployment`, `model_name`, plus `reason`/`state` on the enum-style gauges, `signal`
+# on the fit error and `kind` on the demand); the health metrics are the daemon's own, per
+# process, and only the error counters among them carry a `deployment` label.
 PER_DEPLOYMENT_METRICS = frozenset(
     {
         "vllm_sizer_desired_replicas",
@@ -43,6 +43,7 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_predicted_itl_quantile_seconds",
         "vllm_sizer_slo_ttft_quantile_seconds",
         "vllm_sizer_slo_itl_quantile_seconds",
+        "vllm_sizer_demand",
     }
 )
 # Per-deployment counters of the daemon (label `deployment`, but no `model_name`).

@@ -22,7 +22,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from exporter.config import SourceKind
+from exporter.config import DemandKind, SourceKind
 from exporter.errors import FailureReason
 from exporter.exposition import ENUM_GAUGES, Signal
 from exporter.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
@@ -81,6 +81,8 @@ class SizerValues:
             "slo_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.08),
         }
     )
+    # The scale_from_zero demand, by kind (a deployment with scale_from_zero has one).
+    demand: dict[str, float] = field(default_factory=lambda: {DemandKind.RATE.value: 11.0})
     fit_error: dict[str, float] = field(
         default_factory=lambda: {Signal.TTFT.value: 0.04, Signal.ITL.value: 0.02}
     )
@@ -128,6 +130,10 @@ class StubCollector:
         for signal, error in v.fit_error.items():
             fit.add_metric([*key, signal], error)
         yield fit
+        demand = GaugeMetricFamily(PREFIX + "demand", "demand", labels=[*labels, "kind"])
+        for kind, value in v.demand.items():
+            demand.add_metric([*key, DemandKind(kind).value], value)  # ValueError if unknown
+        yield demand
         yield from self._operation(v)
 
     def _operation(self, v: SizerValues) -> Iterator[Metric]:

@@ -249,7 +249,21 @@ def _ignore_never_succeeded(name: str, rule: Rule) -> None:
         )
 
 
+def _source_down_at_zero(name: str, rule: Rule) -> None:
+    # Without the exception, a deployment at zero replicas (no pod to read) pages.
+    if name == "VllmSizerSourceDown":
+        rule["expr"] = rule["expr"].split(" unless ")[0]
+
+
+def _source_down_while_coming_back(name: str, rule: Rule) -> None:
+    # Excusing the way back too would hide pods that never come up.
+    if name == "VllmSizerSourceDown":
+        rule["expr"] = rule["expr"].replace("scaled_to_zero|", "scaled_to_zero|demand_from_zero|")
+
+
 MUTATIONS = [
+    _source_down_at_zero,
+    _source_down_while_coming_back,
     _filter_infinite_before_folding,
     _shorten_every_for,
     _fold_with_min,

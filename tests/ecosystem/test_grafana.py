@@ -164,7 +164,8 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     families = list(collector.SnapshotCollector().describe())
     names = {m.name for m in families}
     percentiles = {collector.PREFIX + name for name in collector.PERCENTILE_GAUGES}
-    assert gauges | enums | percentiles | {collector.PREFIX + "fit_error_ratio"} == names
+    labelled = {collector.PREFIX + "fit_error_ratio", collector.PREFIX + "demand"}
+    assert gauges | enums | percentiles | labelled == names
     assert {m.type for m in families} == {"gauge"}
     assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"
 
@@ -190,6 +191,7 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     from prometheus_client import CollectorRegistry
 
     import exporter.daemon as daemon
+    import exporter.sources_from_config as sources_from_config
     from exporter.clock import ManualClock
     from exporter.config_loader import parse_config
     from exporter.exposition import BuildInfoCollector
@@ -203,7 +205,7 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     config = parse_config({"deployments": [dep]})
     clock = ManualClock(0.0)
     registry = CollectorRegistry()
-    daemon.Daemon(config, daemon.build_sources(config, clock), registry, clock)
+    daemon.Daemon(config, sources_from_config.build_sources(config, clock), registry, clock)
     registry.register(BuildInfoCollector("0.0.0"))
     suffixes = {
         "counter": ("_total",),

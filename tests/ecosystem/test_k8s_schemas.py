@@ -39,6 +39,7 @@ EXPECTED_KINDS = {
     "central/servicemonitor.yaml": ["ServiceMonitor"],
     "central/vllm-podmonitor.yaml": ["PodMonitor"],
     "keda-scaledobject.yaml": ["ScaledObject", "TriggerAuthentication"],
+    "keda-scaledobject-scale-to-zero.yaml": ["ScaledObject"],
     "hpa.yaml": ["HorizontalPodAutoscaler", "ConfigMap"],
     "prometheusrule.yaml": ["PrometheusRule"],
 }
@@ -112,6 +113,10 @@ def _break_scaledobject_api_version(doc: Manifest) -> None:
     doc["apiVersion"] = "keda.sh/v1"
 
 
+def _break_scaledobject_min_replicas_type(doc: Manifest) -> None:
+    doc["spec"]["minReplicaCount"] = "0"
+
+
 def _break_triggerauth_key_missing(doc: Manifest) -> None:
     del doc["spec"]["secretTargetRef"][0]["key"]
 
@@ -158,6 +163,7 @@ BREAKERS: dict[str, list[tuple[Breaker, str]]] = {
         (_break_scaledobject_numeric_threshold, "threshold: 1 is not of type 'string'"),
         (_break_scaledobject_auth_kind, "'Secret' is not one of"),
         (_break_scaledobject_api_version, "'keda.sh/v1' is not one of ['keda.sh/v1alpha1']"),
+        (_break_scaledobject_min_replicas_type, "minReplicaCount: '0' is not of type 'integer'"),
     ],
     "TriggerAuthentication": [(_break_triggerauth_key_missing, "'key' is a required property")],
     "ServiceMonitor": [

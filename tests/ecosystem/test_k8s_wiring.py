@@ -15,7 +15,14 @@ import promql_parser
 import pytest
 import yaml
 
-from tests.ecosystem.manifests import HPA_TOLERANCE_PATCH, Manifest, find, load_patch, merge_patch
+from tests.ecosystem.manifests import (
+    HPA_TOLERANCE_PATCH,
+    K8S_DIR,
+    Manifest,
+    find,
+    load_patch,
+    merge_patch,
+)
 
 SIZER_PORT = 9464
 SCALED = "llama-8b-vllm"
@@ -359,3 +366,106 @@ def test_sizer_configmap_is_accepted_by_the_daemon_config_loader(mode) -> None:
         scaled_object()["spec"]["maxReplicaCount"],
     )
     assert dep.source.kind == ("scrape" if mode == "sidecar" else "prometheus")
+
+
+# --- scale to zero (central mode) --------------------------------------------------------------
+
+ZERO = "qwen-7b-vllm"
+ZERO_FILE = "keda-scaledobject-scale-to-zero.yaml"
+
+
+def zero_object() -> Manifest:
+    return find("ScaledObject", ZERO, file=ZERO_FILE)
+
+
+def zero_triggers() -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in zero_object()["spec"]["triggers"]}
+
+
+def zero_config() -> dict[str, Any]:
+    (dep,) = [d for d in sizer_configs()["central"]["deployments"] if d["name"] == ZERO]
+    return dep
+
+
+def keda_active(value: float, activation_threshold: float) -> bool:
+    """KEDA's activation rule (0 <-> 1): a trigger is active when its value is above it."""
+    return value > activation_threshold
+
+
+def test_zero_object_scales_a_central_deployment_with_scale_from_zero() -> None:
+    spec, dep = zero_object()["spec"], zero_config()
+    assert spec["scaleTargetRef"]["name"] == ZERO and spec["minReplicaCount"] == 0
+    assert (dep["replicas"]["min"], dep["replicas"]["max"]) == (0, spec["maxReplicaCount"])
+    assert "prometheus_selector" in dep["source"]  # central mode: a sidecar has no pod at zero
+    # Failing triggers are inactive: the cooldown is how long a Prometheus outage is ridden out
+    # while serving before KEDA scales to 0, so it must outlast the fallback's failures.
+    fallback_s = spec["fallback"]["failureThreshold"] * spec["pollingInterval"]
+    assert spec["cooldownPeriod"] >= 2 * fallback_s
+    # The daemon's loader accepts the zero deployment of the ConfigMap.
+    import exporter.config_loader as config_module
+
+    config = config_module.parse_config(sizer_configs()["central"])
+    (parsed,) = [d for d in config.deployments if d.name == ZERO]
+    assert parsed.min_replicas == 0 and parsed.scale_from_zero is not None
+
+
+def test_zero_object_has_the_sizer_trigger_and_a_demand_activation() -> None:
+    triggers = zero_triggers()
+    assert set(triggers) == {"vllm-sizer-desired-replicas", "upstream-demand"}
+    sizer, demand = triggers["vllm-sizer-desired-replicas"], triggers["upstream-demand"]
+    for trig in (sizer, demand):
+        assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
+        assert trig["metadata"]["activationThreshold"] == "0"
+        assert trig["metadata"]["ignoreNullValues"] == "false"  # empty = error, never 0
+        assert find(trig["authenticationRef"]["kind"], trig["authenticationRef"]["name"])
+    # KEDA reads the very demand the sizer reads.
+    assert demand["metadata"]["query"] == zero_config()["scale_from_zero"]["demand_query"]
+    # The sizer trigger is the main file's, for this deployment.
+    expr = promql_parser.parse(sizer["metadata"]["query"])
+    assert isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "max"
+    (desired,) = [s for s in selectors(expr) if s.name == DESIRED]
+    assert matchers(desired) == {"namespace": "inference", "deployment": ZERO}
+    assert sizer["metadata"]["threshold"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("desired", "demand", "active"),
+    [
+        (0, 0.0, False),  # the sizer says 0 and nothing comes: KEDA scales to 0 (after cooldown)
+        (0, 0.02, True),  # the first request: KEDA wakes the Deployment before the sizer's cycle
+        (2, 0.0, True),  # the sizer still wants replicas (idle_s not over): no scale to 0
+        (3, 40.0, True),
+    ],
+)
+def test_activation_is_zero_only_when_the_sizer_says_zero_and_no_demand_comes(
+    desired: int, demand: float, active: bool
+) -> None:
+    triggers = zero_triggers()
+    values = {"vllm-sizer-desired-replicas": desired, "upstream-demand": demand}
+    assert any(
+        keda_active(values[name], float(t["metadata"]["activationThreshold"]))
+        for name, t in triggers.items()
+    ) is active
+
+
+@pytest.mark.parametrize("desired", [1, 2, 4])
+@pytest.mark.parametrize("demand", [0.0, 0.5, 37.0, 5000.0])
+def test_while_serving_the_count_is_the_sizers_whatever_the_demand(desired, demand) -> None:
+    # The HPA takes the highest count over the triggers' metrics: the demand trigger asks for
+    # one replica at most, so the sizer's count stands.
+    triggers = zero_triggers()
+    values = {"vllm-sizer-desired-replicas": desired, "upstream-demand": demand}
+    counts = [
+        hpa_replicas(values[name], float(t["metadata"]["threshold"]), 1, t["metricType"])
+        for name, t in triggers.items()
+    ]
+    assert max(counts) == desired
+
+
+def test_zero_object_fallback_never_scales_in_and_names_its_limits() -> None:
+    spec = zero_object()["spec"]
+    fallback = spec["fallback"]
+    assert fallback["behavior"] == "currentReplicasIfHigher"
+    assert 1 <= fallback["replicas"] <= spec["maxReplicaCount"]
+    # The file says where the fallback does not act (at 0 the HPA does nothing).
+    assert "only while serving" in (K8S_DIR / ZERO_FILE).read_text()

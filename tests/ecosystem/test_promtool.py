@@ -14,15 +14,26 @@ import pytest
 import yaml
 
 from tests.ecosystem.dashboard import panel_queries
-from tests.ecosystem.manifests import find
+from tests.ecosystem.manifests import all_manifests, find
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian prometheus) missing")
 
 
 def shipped_expressions() -> dict[str, str]:
-    """Name -> PromQL for the KEDA trigger, the adapter rule and every dashboard query."""
-    exprs = {"keda_trigger": find("ScaledObject")["spec"]["triggers"][0]["metadata"]["query"]}
+    """Name -> PromQL for every KEDA trigger, every scale_from_zero demand query of the shipped
+    configs, the adapter rule and every dashboard query."""
+    exprs = {
+        _name(f"keda_{doc['metadata']['name']}_{trigger['name']}"): trigger["metadata"]["query"]
+        for _, doc in all_manifests()
+        if doc["kind"] == "ScaledObject"
+        for trigger in doc["spec"]["triggers"]
+    }
+    for _, doc in all_manifests():
+        if doc["kind"] == "ConfigMap" and "config.yaml" in doc["data"]:
+            for dep in yaml.safe_load(doc["data"]["config.yaml"]).get("deployments", []):
+                if "scale_from_zero" in dep:
+                    exprs[_name(f"demand_{dep['name']}")] = dep["scale_from_zero"]["demand_query"]
     adapter = yaml.safe_load(find("ConfigMap", "prometheus-adapter")["data"]["config.yaml"])
     (rule,) = adapter["externalRules"]
     exprs["adapter_series"] = rule["seriesQuery"]
@@ -34,6 +45,11 @@ def shipped_expressions() -> dict[str, str]:
     for q in panel_queries():
         exprs[f"panel_{q.panel_id}_{q.ref_id}"] = q.expr
     return exprs
+
+
+def _name(text: str) -> str:
+    """A recording rule name part: Kubernetes names have dashes, metric names may not."""
+    return text.replace("-", "_")
 
 
 def promtool_check(exprs: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -59,6 +75,7 @@ def promtool_check(exprs: dict[str, str], tmp_path: Path) -> subprocess.Complete
 
 def test_shipped_queries_pass_prometheus_own_parser(tmp_path) -> None:
     exprs = shipped_expressions()
+    assert {"keda_qwen_7b_vllm_upstream_demand", "demand_qwen_7b_vllm"} <= set(exprs)
     proc = promtool_check(exprs, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(exprs)} rules found" in proc.stdout

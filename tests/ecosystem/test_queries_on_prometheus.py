@@ -75,7 +75,7 @@ def instant(url: str, query: str) -> list[dict[str, Any]]:
 
 
 def trigger_query() -> str:
-    return str(find("ScaledObject")["spec"]["triggers"][0]["metadata"]["query"])
+    return str(find("ScaledObject", "llama-8b-vllm")["spec"]["triggers"][0]["metadata"]["query"])
 
 
 def keda_average_value(value: float, threshold: float) -> int:
@@ -100,7 +100,7 @@ def test_average_value_lands_on_the_recommendation_whatever_the_current_count(
 ) -> None:
     (sample,) = instant(prometheus, trigger_query())
     value = float(sample["value"][1])
-    trig = find("ScaledObject")["spec"]["triggers"][0]
+    trig = find("ScaledObject", "llama-8b-vllm")["spec"]["triggers"][0]
     threshold = float(trig["metadata"]["threshold"])
     assert trig["metricType"] == "AverageValue"
     assert keda_average_value(value, threshold) == LIVE_DESIRED

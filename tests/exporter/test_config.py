@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.config import DemandKind
 from exporter.config_loader import load_config, parse_config
 from exporter.errors import ConfigError
 
@@ -63,7 +64,12 @@ BAD_DEPLOYMENT = [
     ({"slo": {"ttft_ms": -5}}, r"\[0\].slo.ttft_ms: must be a number > 0 \(ms\), got -5"),
     ({"slo": {"itl_p99": 50}}, r"slo.itl_p99: unknown key \(allowed: itl, itl_ms, ttft, ttft_ms\)"),
     ({"replicas": {"min": 4, "max": 2}}, r"deployments\[0\].replicas.max: must be >= replicas.min"),
-    ({"replicas": {"min": 0}}, r"deployments\[0\].replicas.min: must be an integer >= 1, got 0"),
+    ({"replicas": {"min": -1}}, r"deployments\[0\].replicas.min: must be an integer >= 0, got -1"),
+    (
+        {"replicas": {"min": 0}},
+        r"deployments\[0\].replicas.min: 0 needs a scale_from_zero section and a "
+        r"prometheus_selector source .*got 0",
+    ),
     ({"server": {"max_num_seqs": 2.5}}, r"server.max_num_seqs: must be an integer >= 1 .*got 2.5"),
     ({"server": {"max_queue_size": -1}}, r"server.max_queue_size: must be an integer >= 0"),
     ({"source": {}}, r"deployments\[0\].source: must set exactly one of scrape_urls"),
@@ -132,3 +138,111 @@ def test_model_options() -> None:
     options = dep.deployments[0].model
     assert options.variant == "refined" and options.arrival_cv == 0.0
     assert options.architecture is not None and options.architecture.num_layers == 32
+
+
+# --- scale_from_zero ---------------------------------------------------------------------------
+
+CENTRAL = {"prometheus_selector": '{namespace="inference"}'}
+DEMAND = "sum(rate(router_requests_total[1m]))"
+
+
+def central(**overrides: Any) -> dict[str, Any]:
+    data = minimal(source=CENTRAL, **overrides)
+    data["prometheus"] = {"url": "http://127.0.0.1:9090"}
+    return data
+
+
+def test_scale_from_zero_loads_with_its_defaults() -> None:
+    zero = {"demand_query": DEMAND, "idle_s": 600}
+    (dep,) = parse_config(central(replicas={"min": 0, "max": 4}, scale_from_zero=zero)).deployments
+    assert dep.min_replicas == 0 and dep.serving_min_replicas == 1
+    assert dep.scale_from_zero is not None
+    assert dep.scale_from_zero.demand_query == DEMAND and dep.scale_from_zero.idle_s == 600.0
+    assert dep.scale_from_zero.demand is DemandKind.RATE
+    zero["demand"] = "queue"
+    (dep,) = parse_config(central(replicas={"min": 0}, scale_from_zero=zero)).deployments
+    assert dep.scale_from_zero is not None and dep.scale_from_zero.demand is DemandKind.QUEUE
+
+
+BAD_ZERO = [
+    # replicas.min 0 without the section, whatever the source
+    ({"replicas": {"min": 0}}, r"deployments\[0\].replicas.min: 0 needs a scale_from_zero.*got 0"),
+    # the section without replicas.min 0
+    (
+        {"scale_from_zero": {"demand_query": DEMAND, "idle_s": 60}},
+        r"deployments\[0\].replicas.min: must be 0 with scale_from_zero, got 1",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"idle_s": 60}},
+        r"deployments\[0\].scale_from_zero.demand_query: is required \(a PromQL expression",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": DEMAND}},
+        r"deployments\[0\].scale_from_zero.idle_s: is required \(a number > 0 and <= 86400",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": DEMAND, "idle_s": 0}},
+        r"deployments\[0\].scale_from_zero.idle_s: a number > 0 and <= 86400 .*got 0",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": DEMAND, "idle_s": "5m"}},
+        r"deployments\[0\].scale_from_zero.idle_s: a number > 0 .*got '5m'",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": DEMAND, "idle_s": 1e6}},
+        r"deployments\[0\].scale_from_zero.idle_s: a number > 0 and <= 86400 .*got 1000000.0",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": "sum(rate(x[1m])", "idle_s": 9}},  # noqa: E501
+        r"scale_from_zero.demand_query: a PromQL expression .*balanced brackets.*"
+        r"got 'sum\(rate\(x\[1m\]\)'",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": "  ", "idle_s": 9}},
+        r"scale_from_zero.demand_query: a PromQL expression.*got '  '",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": 42, "idle_s": 9}},
+        r"scale_from_zero.demand_query: a PromQL expression.*got 42",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": "x" * 5000, "idle_s": 9}},
+        r"scale_from_zero.demand_query: a PromQL expression of one value, at most 4096 char",
+    ),
+    (
+        {
+            "replicas": {"min": 0},
+            "scale_from_zero": {"demand_query": DEMAND, "idle_s": 9, "demand": "tokens"},
+        },
+        r"scale_from_zero.demand: must be one of rate, queue, got 'tokens'",
+    ),
+    (
+        {"replicas": {"min": 0}, "scale_from_zero": {"demand_query": DEMAND, "idle": 9}},
+        r"scale_from_zero.idle: unknown key \(allowed: demand, demand_query, idle_s\)",
+    ),
+    ({"replicas": {"min": 0}, "scale_from_zero": "yes"}, r"scale_from_zero: must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("override", "pattern"), BAD_ZERO)
+def test_bad_scale_from_zero_keys(override: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        parse_config(central(**override))
+
+
+def test_scale_from_zero_with_a_scrape_source_names_the_section() -> None:
+    zero = {"demand_query": DEMAND, "idle_s": 60}
+    with pytest.raises(ConfigError) as info:
+        parse_config(minimal(replicas={"min": 0}, scale_from_zero=zero))
+    assert info.value.problems == [
+        "deployments[0].scale_from_zero: needs a prometheus_selector source (central mode): a "
+        "scrape source has no pod to read at zero, got {'demand_query': "
+        "'sum(rate(router_requests_total[1m]))', 'idle_s': 60}"
+    ]
+
+
+def test_brackets_inside_quotes_do_not_count() -> None:
+    query = 'sum(rate(router_requests_total{path=~"/v1/(chat|completions"}[1m]))'
+    zero = {"demand_query": query, "idle_s": 60}
+    (dep,) = parse_config(central(replicas={"min": 0}, scale_from_zero=zero)).deployments
+    assert dep.scale_from_zero is not None and dep.scale_from_zero.demand_query == query

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.config import Config, DemandKind, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon import Daemon
 from exporter.errors import FailureReason
 from exporter.exposition import (
@@ -214,3 +214,19 @@ def test_cycles_fill_the_duration_histogram_and_the_source_gauges(fleet) -> None
     assert failed is not None and failed_before is not None and failed == failed_before + 1
     families = {f.name for f in text_string_to_metric_families(generate_latest(registry).decode())}
     assert "vllm_sizer_cycle_seconds" in families
+
+
+def test_demand_is_exported_with_its_kind_and_omitted_when_unknown() -> None:
+    registry = exposition(
+        status(demand=2.5, demand_kind=DemandKind.RATE),
+        status(deployment="queued", demand=7.0, demand_kind=DemandKind.QUEUE),
+        status(deployment="failing", demand=None, demand_kind=DemandKind.RATE),
+        status(deployment="plain"),  # no scale_from_zero
+    )
+    samples = {
+        (s.labels["deployment"], s.labels["kind"]): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        if family.name == "vllm_sizer_demand"
+        for s in family.samples
+    }
+    assert samples == {("llama", "rate"): 2.5, ("queued", "queue"): 7.0}

@@ -397,3 +397,20 @@ def test_nan_and_garbage_lines_over_http(
     assert obs.arrival_rate_rps == pytest.approx(2.0)  # running is NaN: completions only
     assert Problem.MISSING_GAUGES in obs.problems
     assert obs.ttft_ms == pytest.approx(100.0) and obs.itl_ms == pytest.approx(10.0)
+
+
+def test_requests_in_flight_sum_running_and_waiting_at_the_end_of_the_window() -> None:
+    start, end = steady_reads()
+    busy = observe_deployment(start, end)
+    assert busy.requests_in_flight == pytest.approx(4 + 2)  # running + waiting of a and b
+    idle = PodTotals(success=10, running=0, waiting=0)
+    quiet = observe_deployment(
+        read(T0, sample("a", idle, T0)), read(T0 + W, sample("a", idle, T0 + W))
+    )
+    assert quiet.requests_in_flight == 0.0 and quiet.arrival_rate_rps == 0.0
+    # A pod without the gauges: unknown, never 0.
+    blind = parse_exposition(
+        _without(render(idle), "vllm:num_requests_running"), pod="a", time_s=T0 + W
+    )
+    unknown = observe_deployment(read(T0, sample("a", idle, T0)), read(T0 + W, blind))
+    assert unknown.requests_in_flight is None
