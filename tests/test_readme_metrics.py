@@ -14,6 +14,7 @@ from exporter.config import (
     Config,
     DemandKind,
     DeploymentConfig,
+    ItlKind,
     SloConfig,
     SourceConfig,
     SourceKind,
@@ -24,6 +25,7 @@ from exporter.exposition import BuildInfoCollector, Signal
 from exporter.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
 from exporter.recommender import Reason
+from exporter.slo_targets import BindingTarget
 from model import ServerConfig, TunerReason, TunerState
 from tests.conftest import REPO_ROOT
 
@@ -32,6 +34,9 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_tuner_state{state}": TunerState,
     "vllm_sizer_tuner_reason{reason}": TunerReason,
     "vllm_sizer_fit_error_ratio{signal}": Signal,
+    "vllm_sizer_binding_target{target}": BindingTarget,
+    "vllm_sizer_predicted_itl_quantile_seconds{kind}": ItlKind,
+    "vllm_sizer_slo_itl_quantile_seconds{kind}": ItlKind,
     "vllm_sizer_demand{kind}": DemandKind,
     "vllm_sizer_scrape_errors_total{source}": SourceKind,
     "vllm_sizer_scrape_errors_total{reason}": FailureReason,
