@@ -6,8 +6,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.slo_targets import BindingTarget, PredictedPercentile, percentile_label
-from model import LatencyMetric, LatencyQuantiles
+from exporter.config import DeploymentConfig
+from exporter.forecast import forecast
+from exporter.slo_targets import (
+    BindingTarget,
+    PredictedPercentile,
+    binding_target,
+    percentile_label,
+)
+from model import LatencyMetric, LatencyQuantiles, ServiceParams, Workload, latency_quantiles
 
 S_PER_MS = 1e-3
 # Percentiles a query may ask for: the model's range (quantiles 0.01 to 0.999).
@@ -55,6 +62,45 @@ class WhatIf:
             "percentiles": _quantiles(self.quantiles),
             "params_seconds": {k.removesuffix("_ms"): v * S_PER_MS for k, v in self.params.items()},
         }
+
+
+def what_if(
+    dep: DeploymentConfig,
+    params: ServiceParams,
+    workload: Workload,
+    bias: tuple[float, float] | None,
+    rate_rps: float,
+    replicas: int,
+    quantiles: tuple[float, ...],
+) -> WhatIf:
+    """The bias-corrected model at a total rate (req/s) on `replicas`, with the model's
+    percentiles at `quantiles` (none: not computed)."""
+    per_replica = rate_rps / replicas
+    outlook = forecast(
+        dep, params, workload, bias, size_for_rps=rate_rps, per_replica_rps=per_replica
+    )
+    asked = None
+    if quantiles:
+        asked = latency_quantiles(
+            params, dep.server, workload, per_replica, quantiles, options=dep.model
+        )
+    return WhatIf(
+        deployment=dep.name,
+        total_rate_rps=rate_rps,
+        replicas=replicas,
+        per_replica_rate_rps=per_replica,
+        ttft_ms=outlook.ttft_ms,
+        itl_ms=outlook.itl_ms,
+        stable=outlook.stable,
+        max_rate_per_replica_rps=outlook.plan.capacity.rate_rps,
+        saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
+        replicas_needed=outlook.plan.replicas,
+        feasible=outlook.plan.capacity.feasible,
+        params=params.to_dict(),
+        binding_target=binding_target(outlook.plan.capacity),
+        targets=outlook.percentiles,
+        quantiles=asked,
+    )
 
 
 def _seconds(ms: float) -> float | None:
