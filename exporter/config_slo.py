@@ -22,6 +22,7 @@ MIN_PERCENTILE = 50.0
 MAX_PERCENTILE = 99.9
 _PERCENTILE_KEY = re.compile(r"p([0-9]{2}(?:\.[0-9])?)_ms")
 _LOOKS_LIKE_PERCENTILE = re.compile(r"p.*_ms")
+PERCENTILE_KEYS = "pNN_ms"  # how the unknown-key message names them
 PERCENTILE_RULE = "unknown percentile, allowed p50..p99.9 (at most one decimal)"
 TARGET_RULE = "must be a number > 0 (ms)"
 ITL_KINDS = tuple(kind.value for kind in ItlKind)
@@ -75,7 +76,7 @@ def _section(
         text = shorten(str(key))
         at = join_key(path, text)
         if not isinstance(key, str) or not _LOOKS_LIKE_PERCENTILE.fullmatch(key):
-            allowed = ", ".join(sorted(fixed | {"p50_ms..p99.9_ms"}))
+            allowed = ", ".join(sorted(fixed | {PERCENTILE_KEYS}))
             r.fail(at, f"unknown key (allowed: {allowed})", value)
             continue
         match = _PERCENTILE_KEY.fullmatch(key)
