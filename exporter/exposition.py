@@ -320,12 +320,21 @@ def _percentile_families(snapshot: CycleSnapshot) -> Iterator[Metric]:
             key.append(_ITL_KINDS[target.metric].value)
         families[name, ttft].add_metric(key, value_ms * S_PER_MS)
 
+    attainment = GaugeMetricFamily(
+        PREFIX + "predicted_slo_attainment_ratio",
+        "Share of requests (of gaps, for per-token ITL) the model predicts within each "
+        "percentile target at the current load on the current replicas, as of the last cycle.",
+        labels=(*LABELS, "target"),
+    )
     for s in snapshot.deployments:
         for predicted in s.decision.predicted_percentiles:
             add("predicted", s, predicted.target, predicted.value_ms)
+            key = [s.deployment, s.model_name, predicted.target.name]
+            attainment.add_metric(key, predicted.attainment)
         for target in s.slo_percentiles:
             add("slo", s, target, target.target_ms)
     yield from families.values()
+    yield attainment
 
 
 class BuildInfoCollector:

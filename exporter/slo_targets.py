@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-import numpy as np
-
 from model import (
     Binding,
+    FirstToken,
     LatencyMetric,
     ModelOptions,
     PercentileTarget,
@@ -19,8 +18,9 @@ from model import (
     ServiceParams,
     SloCapacity,
     Workload,
-    latency_quantiles,
 )
+from model.queueing.chain import workload_table
+from model.queueing.percentile_sizing import target_percentiles
 
 
 class BindingTarget(StrEnum):
@@ -55,10 +55,12 @@ def binding_target(capacity: SloCapacity) -> BindingTarget:
 
 @dataclass(frozen=True, slots=True)
 class PredictedPercentile:
-    """The model's value (ms; +inf when the load saturates) of a target's percentile."""
+    """The model's value (ms; +inf when the load saturates) of a target's percentile, and the
+    share of requests (of gaps, for per-token ITL) it predicts within the target."""
 
     target: PercentileTarget
     value_ms: float
+    attainment: float
 
 
 def predicted_percentiles(
@@ -69,21 +71,16 @@ def predicted_percentiles(
     rate_rps: float,
     options: ModelOptions,
 ) -> tuple[PredictedPercentile, ...]:
-    """Each target's percentile predicted at a per-replica rate (req/s): one model evaluation
-    for all of them, none without targets."""
+    """Each target's percentile and attainment predicted at a per-replica rate (req/s): one
+    model evaluation for all of them, none without targets."""
     if not targets:
         return ()
-    quantiles = sorted({t.quantile for t in targets})
-    found = latency_quantiles(params, server, workload, rate_rps, quantiles, options=options)
-    values = {
-        LatencyMetric.TTFT: found.ttft_ms,
-        LatencyMetric.ITL_PER_TOKEN: found.itl_per_token_ms,
-        LatencyMetric.ITL_PER_REQUEST: found.itl_per_request_ms,
-    }
-    return tuple(
-        PredictedPercentile(t, float(np.asarray(values[t.metric])[quantiles.index(t.quantile)]))
-        for t in targets
+    table = workload_table(params, server, workload, options=options)
+    found = target_percentiles(
+        params, server, workload, table, targets, FirstToken.AFTER_DECODE_ITERATION, rate_rps
     )
+    pairs = zip(targets, found, strict=True)
+    return tuple(PredictedPercentile(t, value, share) for t, (value, share) in pairs)
 
 
 def percentile_label(quantile: float) -> str:

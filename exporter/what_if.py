@@ -114,6 +114,7 @@ def _target(p: PredictedPercentile) -> dict[str, Any]:
         "percentile": percentile_label(p.target.quantile),
         "target_seconds": p.target.target_ms * S_PER_MS,
         "predicted_seconds": _seconds(p.value_ms),
+        "predicted_attainment": p.attainment,
         "met": p.value_ms <= p.target.target_ms,
     }
 

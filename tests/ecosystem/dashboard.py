@@ -43,6 +43,7 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_predicted_itl_quantile_seconds",
         "vllm_sizer_slo_ttft_quantile_seconds",
         "vllm_sizer_slo_itl_quantile_seconds",
+        "vllm_sizer_predicted_slo_attainment_ratio",
         "vllm_sizer_demand",
     }
 )

@@ -72,13 +72,14 @@ class SizerValues:
             "binding_target": "ttft_percentile",
         }
     )
-    # Percentile gauges (exporter.exposition.PERCENTILE_GAUGES): their labels and value.
+    # Percentile gauges and predicted attainment: their labels and value.
     percentiles: dict[str, tuple[dict[str, str], float]] = field(
         default_factory=lambda: {
             "predicted_ttft_quantile_seconds": ({"percentile": "95"}, 0.42),
             "predicted_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.061),
             "slo_ttft_quantile_seconds": ({"percentile": "95"}, 0.5),
             "slo_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.08),
+            "predicted_slo_attainment_ratio": ({"target": "ttft_p95"}, 0.97),
         }
     )
     # The scale_from_zero demand, by kind (a deployment with scale_from_zero has one).

@@ -164,7 +164,10 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     families = list(collector.SnapshotCollector().describe())
     names = {m.name for m in families}
     percentiles = {collector.PREFIX + name for name in collector.PERCENTILE_GAUGES}
-    labelled = {collector.PREFIX + "fit_error_ratio", collector.PREFIX + "demand"}
+    labelled = {
+        collector.PREFIX + name
+        for name in ("fit_error_ratio", "demand", "predicted_slo_attainment_ratio")
+    }
     assert gauges | enums | percentiles | labelled == names
     assert {m.type for m in families} == {"gauge"}
     assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"

@@ -19,9 +19,9 @@ ITL_REQ_P999 = PercentileTarget(LatencyMetric.ITL_PER_REQUEST, 0.999, 30.0)
 
 def percentile_status() -> object:
     predicted = (
-        PredictedPercentile(TTFT_P95, 420.0),
-        PredictedPercentile(ITL_P99, 61.0),
-        PredictedPercentile(ITL_REQ_P999, math.inf),
+        PredictedPercentile(TTFT_P95, 420.0, 0.97),
+        PredictedPercentile(ITL_P99, 61.0, 0.995),
+        PredictedPercentile(ITL_REQ_P999, math.inf, 0.0),
     )
     return status(
         decision=decision(
@@ -43,6 +43,9 @@ def test_predicted_and_target_percentiles_in_seconds_by_percentile_and_kind() ->
     request = {**KEY, "percentile": "99.9", "kind": "per_request"}
     assert get("vllm_sizer_predicted_itl_quantile_seconds", request) == math.inf
     assert get("vllm_sizer_slo_itl_quantile_seconds", request) == 0.03
+    attained = "vllm_sizer_predicted_slo_attainment_ratio"
+    assert get(attained, {**KEY, "target": "ttft_p95"}) == 0.97
+    assert get(attained, {**KEY, "target": "itl_per_request_p99.9"}) == 0.0
     text = generate_latest(registry).decode()
     assert not re.search(r"[{,](quantile|le)=", text)
 

@@ -14,12 +14,15 @@ from exporter.recommender import Recommender
 from exporter.slo_targets import BindingTarget, binding_target
 from model import (
     DEFAULT_MODEL,
+    FirstToken,
     LatencyMetric,
     PercentileTarget,
     latency_quantiles,
     max_rate_for_slo,
     replicas_for_slo,
 )
+from model.queueing.chain import workload_table
+from model.queueing.percentile_sizing import attainment_at
 from tests.exporter.test_recommender import LLAMA, SERVER, SHAPE, deployment, observation
 
 TTFT_P95 = PercentileTarget(LatencyMetric.TTFT, 0.95, 200.0)
@@ -79,6 +82,13 @@ def test_percentiles_are_predicted_at_the_current_load_on_the_current_replicas()
     assert (ttft.target, itl.target) == (TTFT_P95, ITL_P99)
     assert ttft.value_ms == pytest.approx(float(expected.ttft_ms[0]))
     assert itl.value_ms == pytest.approx(float(expected.itl_per_token_ms[1]))
+    table = workload_table(LLAMA, SERVER, SHAPE, options=DEFAULT_MODEL)
+    shares = attainment_at(
+        LLAMA, SERVER, SHAPE, table, (TTFT_P95, ITL_P99), FirstToken.AFTER_DECODE_ITERATION, 4.0
+    )
+    assert (ttft.attainment, itl.attainment) == pytest.approx(shares)
+    # Attainment and percentile are two readings of one distribution.
+    assert (ttft.attainment >= 0.95) == (ttft.value_ms <= TTFT_P95.target_ms)
 
 
 def test_saturating_load_predicts_infinite_percentiles() -> None:
