@@ -14,6 +14,7 @@ from exporter.slo_targets import (
     binding_target,
     percentile_label,
 )
+from exporter.traffic import ModelInputs
 from model import LatencyMetric, LatencyQuantiles, ServiceParams, Workload, latency_quantiles
 
 S_PER_MS = 1e-3
@@ -72,17 +73,20 @@ def what_if(
     rate_rps: float,
     replicas: int,
     quantiles: tuple[float, ...],
+    inputs: ModelInputs | None = None,
 ) -> WhatIf:
     """The bias-corrected model at a total rate (req/s) on `replicas`, with the model's
-    percentiles at `quantiles` (none: not computed)."""
+    percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`."""
     per_replica = rate_rps / replicas
+    inputs = inputs or ModelInputs(dep.model, dep.server)
     outlook = forecast(
-        dep, params, workload, bias, size_for_rps=rate_rps, per_replica_rps=per_replica
-    )
+        dep, params, workload, bias, size_for_rps=rate_rps, per_replica_rps=per_replica,
+        inputs=inputs,
+    )  # fmt: skip
     asked = None
     if quantiles:
         asked = latency_quantiles(
-            params, dep.server, workload, per_replica, quantiles, options=dep.model
+            params, inputs.server, workload, per_replica, quantiles, options=inputs.options
         )
     return WhatIf(
         deployment=dep.name,

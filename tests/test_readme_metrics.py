@@ -26,6 +26,7 @@ from exporter.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
 from exporter.recommender import Reason
 from exporter.slo_targets import BindingTarget
+from exporter.traffic import LengthCvKind
 from model import ServerConfig, TunerReason, TunerState
 from tests.conftest import REPO_ROOT
 
@@ -38,6 +39,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_predicted_itl_quantile_seconds{kind}": ItlKind,
     "vllm_sizer_slo_itl_quantile_seconds{kind}": ItlKind,
     "vllm_sizer_demand{kind}": DemandKind,
+    "vllm_sizer_request_length_cv{kind}": LengthCvKind,
     "vllm_sizer_scrape_errors_total{source}": SourceKind,
     "vllm_sizer_scrape_errors_total{reason}": FailureReason,
     "vllm_sizer_observation_problems_total{problem}": Problem,

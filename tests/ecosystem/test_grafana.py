@@ -166,7 +166,12 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     percentiles = {collector.PREFIX + name for name in collector.PERCENTILE_GAUGES}
     labelled = {
         collector.PREFIX + name
-        for name in ("fit_error_ratio", "demand", "predicted_slo_attainment_ratio")
+        for name in (
+            "fit_error_ratio",
+            "demand",
+            "request_length_cv",
+            "predicted_slo_attainment_ratio",
+        )
     }
     assert gauges | enums | percentiles | labelled == names
     assert {m.type for m in families} == {"gauge"}

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from exporter.config import SloConfig
 from exporter.daemon import Daemon
 from exporter.server import SizerHTTPServer
+from exporter.traffic import ModelInputs
 from model import LatencyMetric, PercentileTarget, latency_quantiles
 from tests.exporter.test_daemon import (
     SERVER,
@@ -44,9 +45,12 @@ def test_predict_returns_target_and_asked_percentiles(fleet) -> None:  # type: i
             body = json.loads(resp.read())
         runtime = daemon.runtimes["llama"]
         assert runtime.params is not None and runtime.workload is not None
+        # The daemon's model inputs: the configured ones with the measured traffic shape.
+        inputs = runtime.inputs or ModelInputs(dep.model, SERVER)
         expected = latency_quantiles(
-            runtime.params, SERVER, runtime.workload, 4.0, [0.5, 0.95, 0.999], options=dep.model
-        )
+            runtime.params, inputs.server, runtime.workload, 4.0, [0.5, 0.95, 0.999],
+            options=inputs.options,
+        )  # fmt: skip
         assert list(body["percentiles"]) == ["50", "95", "99.9"]
         p95 = body["percentiles"]["95"]
         assert p95["ttft_seconds"] == pytest.approx(float(expected.ttft_ms[1]) / 1000)
