@@ -16,6 +16,10 @@ DEFAULT_SCRAPE_TIMEOUT_S = 5.0
 DEFAULT_PROMETHEUS_TIMEOUT_S = 10.0
 DEFAULT_MIN_OBSERVATIONS = 5
 DEFAULT_WINDOW = 10
+# Observed attainment needs minutes: a p99 means something from about 1000 requests on.
+DEFAULT_SLO_WINDOW_S = 300.0
+MIN_SLO_WINDOW_S = 300.0
+MAX_SLO_WINDOW_S = 3600.0  # the daemon keeps one histogram set per cycle of it
 # Cap on the body of one HTTP answer (a pod's /metrics, a Prometheus API answer): a larger one is
 # a failed read (`body_too_large`) and is never held whole in memory. vLLM's /metrics is tens of
 # kB; a 400 MB body once took the daemon to 2.8 GB.
@@ -105,6 +109,7 @@ class SloConfig:
     ttft_ms: float | None = None
     itl_ms: float | None = None
     percentiles: tuple[PercentileTarget, ...] = ()
+    window_s: float = DEFAULT_SLO_WINDOW_S  # observed attainment is over this many seconds
 
 
 @dataclass(frozen=True, slots=True)

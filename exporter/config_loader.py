@@ -191,6 +191,7 @@ _DEPLOYMENT_KEYS = {
     "source",
     "server",
     "slo",
+    "slo_window_s",
     "replicas",
     "scale_down_stabilization_s",
     "look_ahead_s",
@@ -216,7 +217,7 @@ def _deployment(
     model_name = r.required(m, "model_name", path, string(), "vLLM's --served-model-name")
     source = _source(r, m.get("source"), f"{path}.source", prometheus)
     server = _server(r, m.get("server"), f"{path}.server")
-    slo = parse_slo(r, m.get("slo"), f"{path}.slo")
+    slo = parse_slo(r, m, path)
     low, high, zero = replica_bounds(r, m, path, source)
     window = r.get(
         m,

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.config import ItlKind, SloConfig
+from exporter.config import MAX_SLO_WINDOW_S, MIN_SLO_WINDOW_S, ItlKind, SloConfig
 from exporter.config_checks import KeyReader, choice, join_key, number, shorten
 from model import LatencyMetric, PercentileTarget
 
@@ -28,9 +28,20 @@ TARGET_RULE = "must be a number > 0 (ms)"
 ITL_KINDS = tuple(kind.value for kind in ItlKind)
 
 
-def parse_slo(r: KeyReader, node: Any, path: str) -> SloConfig:
-    """The deployment's targets; problems go to `r`."""
-    m = r.mapping(node, path, {"ttft_ms", "itl_ms", "ttft", "itl"})
+def parse_slo(r: KeyReader, deployment: Mapping[str, Any], at: str) -> SloConfig:
+    """The targets of the deployment at `at` (its `slo` and `slo_window_s` keys); problems go
+    to `r`."""
+    default = SloConfig().window_s
+    window = r.get(
+        deployment,
+        "slo_window_s",
+        at,
+        number(MIN_SLO_WINDOW_S, MAX_SLO_WINDOW_S, inclusive=True),
+        f"must be a number >= {MIN_SLO_WINDOW_S:g} and <= {MAX_SLO_WINDOW_S:g} (seconds)",
+        default,
+    )
+    path = join_key(at, "slo")
+    m = r.mapping(deployment.get("slo"), path, {"ttft_ms", "itl_ms", "ttft", "itl"})
     ttft = r.get(m, "ttft_ms", path, number(0.0), TARGET_RULE, None)
     itl = r.get(m, "itl_ms", path, number(0.0), TARGET_RULE, None)
     ttft_mean, ttft_targets = _section(r, m.get("ttft"), f"{path}.ttft", LatencyMetric.TTFT)
@@ -47,6 +58,7 @@ def parse_slo(r: KeyReader, node: Any, path: str) -> SloConfig:
         ttft_ms=ttft if ttft is not None else ttft_mean,
         itl_ms=itl if itl is not None else itl_mean,
         percentiles=ttft_targets + itl_targets,
+        window_s=window,
     )
 
 

@@ -193,6 +193,8 @@ class Daemon:
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, failure.reason).inc()
         obs = runtime.tracker.observe(read)
         runtime.observation = obs
+        if obs.windows:
+            runtime.slo_window.add(obs.end_time_s, obs.windows)
         for problem in obs.problems:
             self.metrics.observation_problems.labels(dep.name, problem).inc()
         if obs.status is ObservationStatus.MODEL_NOT_FOUND:
@@ -320,6 +322,8 @@ class Daemon:
             traffic=runtime.traffic.shape,
             kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
             slo_percentiles=dep.slo.percentiles,
+            observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
+            slo_window_requests=runtime.slo_window.requests(),
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:

@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.attainment import SloWindow
 from exporter.config import DeploymentConfig
 from exporter.reading.demand import DemandSource, DemandWatch
 from exporter.reading.observations import DeploymentObservation, WindowTracker
@@ -38,6 +39,10 @@ class DeploymentRuntime:
     demand_value: float | None = None  # the last cycle's demand (None: failed or not read)
     traffic: TrafficTracker = field(default_factory=TrafficTracker)
     inputs: ModelInputs | None = None  # what the model was last evaluated with
+    slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
+
+    def __post_init__(self) -> None:
+        self.slo_window = SloWindow(self.config.slo.window_s)
 
     @property
     def params(self) -> ServiceParams | None:

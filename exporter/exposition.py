@@ -17,6 +17,7 @@ from enum import StrEnum
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
+from exporter.attainment import ObservedAttainment
 from exporter.config import DemandKind, ItlKind
 from exporter.recommender import Decision, Reason
 from exporter.slo_targets import BindingTarget, percentile_label
@@ -53,6 +54,8 @@ class DeploymentStatus:
     traffic: TrafficShape = TrafficShape()  # smoothed measurements of the traffic
     kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
     slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
+    observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
+    slo_window_requests: float | None = None  # requests with a first token in slo_window_s
 
 
 class Signal(StrEnum):
@@ -317,6 +320,33 @@ class SnapshotCollector:
                     spread.add_metric([s.deployment, s.model_name, kind.value], cv)
         yield spread
         yield from _percentile_families(snapshot)
+        yield from _attainment_families(snapshot)
+
+
+def _attainment_families(snapshot: CycleSnapshot) -> Iterator[Metric]:
+    """Observed attainment of each percentile target over slo_window_s, and the window's
+    request count."""
+    ratio = GaugeMetricFamily(
+        PREFIX + "observed_slo_attainment_ratio",
+        "Share of requests (gaps, for per-token ITL) within each percentile target over "
+        "slo_window_s, from vLLM's histograms: bound=exact where the target is a bucket bound, "
+        "else the bracket's lower and upper ends.",
+        labels=(*LABELS, "target", "bound"),
+    )
+    requests = GaugeMetricFamily(
+        PREFIX + "observed_slo_window_requests",
+        "Requests whose first token fell within slo_window_s (below about 1000, a p99 "
+        "attainment is noise).",
+        labels=LABELS,
+    )
+    for s in snapshot.deployments:
+        for seen in s.observed_attainment:
+            for bound, share in seen.values():
+                ratio.add_metric([s.deployment, s.model_name, seen.target.name, bound], share)
+        if s.slo_window_requests is not None:
+            requests.add_metric([s.deployment, s.model_name], s.slo_window_requests)
+    yield ratio
+    yield requests
 
 
 _ITL_KINDS = {kind.metric: kind for kind in ItlKind}

@@ -9,6 +9,7 @@ from enum import StrEnum
 import pytest
 from prometheus_client import CollectorRegistry
 
+from exporter.attainment import Bound
 from exporter.clock import ManualClock
 from exporter.config import (
     Config,
@@ -38,6 +39,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_binding_target{target}": BindingTarget,
     "vllm_sizer_predicted_itl_quantile_seconds{kind}": ItlKind,
     "vllm_sizer_slo_itl_quantile_seconds{kind}": ItlKind,
+    "vllm_sizer_observed_slo_attainment_ratio{bound}": Bound,
     "vllm_sizer_demand{kind}": DemandKind,
     "vllm_sizer_request_length_cv{kind}": LengthCvKind,
     "vllm_sizer_scrape_errors_total{source}": SourceKind,

@@ -136,7 +136,7 @@ def _check_plan(args: argparse.Namespace) -> str | None:
         sections.setdefault(section, {})[name] = number
     reader = KeyReader()
     means = {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms}
-    args.targets = parse_slo(reader, {**means, **sections}, "slo")
+    args.targets = parse_slo(reader, {"slo": {**means, **sections}}, "")
     if reader.problems:
         return f"argument --slo: {'; '.join(reader.problems)}"
     return None

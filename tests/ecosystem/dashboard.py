@@ -44,6 +44,8 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_slo_ttft_quantile_seconds",
         "vllm_sizer_slo_itl_quantile_seconds",
         "vllm_sizer_predicted_slo_attainment_ratio",
+        "vllm_sizer_observed_slo_attainment_ratio",
+        "vllm_sizer_observed_slo_window_requests",
         "vllm_sizer_demand",
         "vllm_sizer_request_length_cv",
         "vllm_sizer_prefix_cache_hit_ratio",

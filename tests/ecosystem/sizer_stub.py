@@ -62,6 +62,7 @@ class SizerValues:
             "slo_headroom_ratio": 0.65,  # 2.4 x 3 / 11: the SLOs need more replicas
             "source_up": 1.0,
             "pods_observed": 3.0,
+            "observed_slo_window_requests": 1500.0,
             "prefix_cache_hit_ratio": 0.42,
             "arrival_cv": 1.3,
             "kv_batch_limit": 180.0,
@@ -84,6 +85,7 @@ class SizerValues:
             "slo_ttft_quantile_seconds": ({"percentile": "95"}, 0.5),
             "slo_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.08),
             "predicted_slo_attainment_ratio": ({"target": "ttft_p95"}, 0.97),
+            "observed_slo_attainment_ratio": ({"target": "ttft_p95", "bound": "exact"}, 0.96),
         }
     )
     # The scale_from_zero demand, by kind (a deployment with scale_from_zero has one).

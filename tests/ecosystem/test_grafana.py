@@ -171,6 +171,8 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
             "demand",
             "request_length_cv",
             "predicted_slo_attainment_ratio",
+            "observed_slo_attainment_ratio",
+            "observed_slo_window_requests",
         )
     }
     assert gauges | enums | percentiles | labelled == names

@@ -82,3 +82,13 @@ def test_every_bad_slo_key_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(minimal(slo=slo))
     assert len(info.value.problems) == 4
+
+
+def test_the_slo_window_defaults_to_five_minutes_and_is_at_least_that() -> None:
+    assert slo_of({"ttft_ms": 50}).window_s == 300.0
+    data = minimal(slo_window_s=900)
+    assert parse_config(data).deployments[0].slo.window_s == 900.0
+    for bad in (200, 3601, "5m"):
+        with pytest.raises(ConfigError, match=r"deployments\[0\]\.slo_window_s: must be a number "
+                           r">= 300 and <= 3600 \(seconds\)"):  # fmt: skip
+            parse_config(minimal(slo_window_s=bad))

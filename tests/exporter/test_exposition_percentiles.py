@@ -8,6 +8,7 @@ import re
 
 from prometheus_client import generate_latest
 
+from exporter.attainment import ObservedAttainment
 from exporter.slo_targets import BindingTarget, PredictedPercentile
 from model import LatencyMetric, PercentileTarget
 from tests.exporter.test_exposition import KEY, decision, exposition, status
@@ -64,3 +65,18 @@ def test_nothing_is_exported_without_sizing_or_percentile_targets() -> None:
     text = generate_latest(exposition(status())).decode()
     assert "vllm_sizer_binding_target{" not in text
     assert "quantile_seconds{" not in text
+
+
+def test_observed_attainment_is_exact_or_a_bracket_and_the_window_counts_requests() -> None:
+    seen = (
+        ObservedAttainment(TTFT_P95, 0.97, 0.97, 1500.0),
+        ObservedAttainment(ITL_P99, 0.981, 0.993, 90000.0),
+    )
+    registry = exposition(status(observed_attainment=seen, slo_window_requests=1500.0))
+    get = registry.get_sample_value
+    name = "vllm_sizer_observed_slo_attainment_ratio"
+    assert get(name, {**KEY, "target": "ttft_p95", "bound": "exact"}) == 0.97
+    assert get(name, {**KEY, "target": "ttft_p95", "bound": "lower"}) is None
+    assert get(name, {**KEY, "target": "itl_per_token_p99", "bound": "lower"}) == 0.981
+    assert get(name, {**KEY, "target": "itl_per_token_p99", "bound": "upper"}) == 0.993
+    assert get("vllm_sizer_observed_slo_window_requests", KEY) == 1500.0
