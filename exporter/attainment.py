@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 
 from exporter.reading.vllm_metrics import HistogramName
+from exporter.slo_targets import PredictedPercentile
 from model import LatencyMetric, PercentileTarget
 from model.calibration.histogram import WindowHistogram
 
@@ -27,6 +28,10 @@ S_PER_MS = 1e-3
 # A target within this relative distance of a bucket bound is taken as that bound (500 ms and
 # le="0.5" are the same value, up to float rounding of ms -> s).
 BOUND_TOLERANCE = 1e-9
+# Below this many requests in the window a tail attainment is noise: no correction from it.
+MIN_WINDOW_REQUESTS = 1000
+# A larger shortfall means the model is wrong, not biased (as the mean bias is bounded).
+MAX_SHORTFALL = 0.5
 # The histogram each kind of target is read from.
 HISTOGRAMS: Mapping[LatencyMetric, HistogramName] = {
     LatencyMetric.TTFT: HistogramName.TTFT_S,
@@ -87,23 +92,38 @@ def attainment_bracket(hist: WindowHistogram, target_ms: float) -> tuple[float, 
     return lower, upper
 
 
+@dataclass(slots=True)
+class _Cycle:
+    """One cycle's histograms and the model's attainment at that cycle's load."""
+
+    end_s: float
+    histograms: Mapping[HistogramName, WindowHistogram]
+    predicted: dict[PercentileTarget, float] = field(default_factory=dict)
+
+
 class SloWindow:
-    """The latency histograms of the cycles within the last `window_s` seconds, added up."""
+    """The latency histograms of the cycles within the last `window_s` seconds, added up, and
+    the model's attainment at each cycle's load."""
 
     def __init__(self, window_s: float) -> None:
         self._window_s = window_s
-        self._cycles: deque[tuple[float, Mapping[HistogramName, WindowHistogram]]] = deque()
+        self._cycles: deque[_Cycle] = deque()
 
     def add(self, end_s: float, windows: Mapping[HistogramName, WindowHistogram]) -> None:
         """One cycle's histograms, its window ending at end_s (s)."""
         wanted = {name: windows[name] for name in HISTOGRAMS.values() if name in windows}
-        self._cycles.append((end_s, wanted))
-        while self._cycles and self._cycles[0][0] <= end_s - self._window_s:
+        self._cycles.append(_Cycle(end_s, wanted))
+        while self._cycles and self._cycles[0].end_s <= end_s - self._window_s:
             self._cycles.popleft()
+
+    def predicted(self, end_s: float, percentiles: Sequence[PredictedPercentile]) -> None:
+        """The model's attainment at the load of the cycle whose window ended at end_s."""
+        if self._cycles and self._cycles[-1].end_s == end_s:
+            self._cycles[-1].predicted.update({p.target: p.attainment for p in percentiles})
 
     def total(self, name: HistogramName) -> WindowHistogram | None:
         """The window's histogram; cycles whose bounds differ from the newest are left out."""
-        found = [cycle[name] for _, cycle in self._cycles if name in cycle]
+        found = [c.histograms[name] for c in self._cycles if name in c.histograms]
         if not found:
             return None
         acc = found[-1]
@@ -127,3 +147,27 @@ class SloWindow:
         """Requests that got their first token within the window (the TTFT count)."""
         hist = self.total(HistogramName.TTFT_S)
         return None if hist is None else float(hist.count)
+
+    def shortfalls(self, targets: Sequence[PercentileTarget]) -> dict[PercentileTarget, float]:
+        """Per target, how far the observed attainment falls below the model's, beyond the
+        bracket: the model's mean attainment over the window's cycles (weighted by each cycle's
+        observations) minus the bracket's upper end, where positive, at most MAX_SHORTFALL;
+        nothing with fewer than MIN_WINDOW_REQUESTS requests."""
+        requests = self.requests()
+        if requests is None or requests < MIN_WINDOW_REQUESTS:
+            return {}
+        out: dict[PercentileTarget, float] = {}
+        for seen in self.attainment(targets):
+            name = HISTOGRAMS[seen.target.metric]
+            pairs = [
+                (c.histograms[name].count, c.predicted[seen.target])
+                for c in self._cycles
+                if name in c.histograms and seen.target in c.predicted
+            ]
+            weight = sum(w for w, _ in pairs)
+            if weight <= 0:
+                continue
+            gap = sum(w * a for w, a in pairs) / weight - seen.upper
+            if gap > 0:
+                out[seen.target] = min(gap, MAX_SHORTFALL)
+        return out

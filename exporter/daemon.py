@@ -211,8 +211,9 @@ class Daemon:
         self._tune(runtime, obs)
         decision = runtime.recommender.decide(
             now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs,
-            demand=demand,
-        )
+            demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
+        )  # fmt: skip
+        runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)
         # At zero the demand is the observation: a read that found no pod and a demand read
         # make a successful cycle (readiness, the KEDA query's freshness guard, the alerts).

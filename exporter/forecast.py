@@ -3,12 +3,20 @@ per-replica rate. Shared by the recommender, scale from zero and the what-if API
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter.config import DeploymentConfig
-from exporter.slo_targets import PredictedPercentile, predicted_percentiles
+from exporter.slo_targets import PredictedPercentile, predicted_percentiles, tightened
 from exporter.traffic import ModelInputs
-from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
+from model import (
+    PercentileTarget,
+    ReplicaPlan,
+    ServiceParams,
+    Workload,
+    analyze,
+    replicas_for_slo,
+)
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
 MAX_BIAS = 0.5
@@ -36,11 +44,13 @@ def forecast(
     size_for_rps: float,
     per_replica_rps: float,
     inputs: ModelInputs | None = None,
+    shortfalls: Mapping[PercentileTarget, float] | None = None,
 ) -> Forecast:
     """Size for a total rate and predict at a per-replica rate, the means corrected for the
     model's mean relative error (TTFT, ITL) on recent windows, the percentiles as predicted
     (the mean bias factor is not applied to tails); `inputs` (default: the configured options
-    and server) carry the measured traffic shape."""
+    and server) carry the measured traffic shape; `shortfalls` tighten percentile targets
+    whose observed attainment fell short of the model's (exporter.attainment)."""
     inputs = inputs or ModelInputs(dep.model, dep.server)
     options, server = inputs.options, inputs.server
     # prediction / factor is the corrected prediction, so a target T is met where the raw
@@ -55,7 +65,7 @@ def forecast(
         None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
         min_replicas=dep.serving_min_replicas,
         options=options,
-        percentiles=dep.slo.percentiles,
+        percentiles=tightened(dep.slo.percentiles, shortfalls or {}),
     )
     at = analyze(params, server, workload, per_replica_rps, options=options)
     return Forecast(

@@ -4,8 +4,8 @@ it is: the mean bias factor corrects mean predictions and is not applied to tail
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from model import (
@@ -21,6 +21,7 @@ from model import (
 )
 from model.queueing.chain import workload_table
 from model.queueing.percentile_sizing import target_percentiles
+from model.queueing.percentiles import MAX_QUANTILE
 
 
 class BindingTarget(StrEnum):
@@ -81,6 +82,19 @@ def predicted_percentiles(
     )
     pairs = zip(targets, found, strict=True)
     return tuple(PredictedPercentile(t, value, share) for t, (value, share) in pairs)
+
+
+def tightened(
+    targets: Sequence[PercentileTarget], shortfalls: Mapping[PercentileTarget, float]
+) -> tuple[PercentileTarget, ...]:
+    """The targets to size on: each whose observed attainment fell short of the model's by s
+    asks the model for s more (0.95 -> 0.99 for a 4-point shortfall, at most MAX_QUANTILE)."""
+    return tuple(
+        replace(t, quantile=min(t.quantile + shortfalls[t], MAX_QUANTILE))
+        if shortfalls.get(t, 0.0) > 0
+        else t
+        for t in targets
+    )
 
 
 def percentile_label(quantile: float) -> str:

@@ -14,6 +14,7 @@ from exporter.emulation.emulator import EmulatedFleet
 from exporter.reading.observations import WindowTracker
 from exporter.reading.sources import ScrapeSource
 from exporter.reading.vllm_metrics import HistogramName
+from exporter.slo_targets import PredictedPercentile
 from model import LatencyMetric, PercentileTarget, ServerConfig, ServiceParams
 from model.calibration.histogram import WindowHistogram
 from model.simulation.workloads import LengthDist, LengthKind
@@ -153,3 +154,47 @@ def test_the_daemon_exports_attainment_over_its_slo_window(fleet) -> None:  # ty
     assert 0.0 <= low < high <= 1.0
     requests = get("vllm_sizer_observed_slo_window_requests", key)
     assert requests == daemon.runtimes["llama"].slo_window.requests() > 0
+
+
+def predicted(window: SloWindow, target: PercentileTarget, share: float, cycles: int) -> None:
+    for k in range(cycles):
+        window.add(30.0 * (k + 1), {HistogramName.TTFT_S: HIST_1000})
+        window.predicted(30.0 * (k + 1), [PredictedPercentile(target, 90.0, share)])
+
+
+# 1000 observations a cycle: 875 within 100 ms (a bound), 750 within 60 ms.
+HIST_1000 = WindowHistogram.from_cumulative(
+    [0.04, 0.06, 0.1], [250, 750, 875, 1000], sum=60.0, count=1000
+)
+
+
+def test_a_shortfall_beyond_the_bracket_is_measured_against_the_models_attainment() -> None:
+    target = ttft(100.0, 0.85)
+    window = SloWindow(300.0)
+    predicted(window, target, 0.925, 3)
+    assert window.shortfalls([target]) == {target: pytest.approx(0.05)}
+    # Within the bracket (70 ms: observed 0.75 to 0.875): no shortfall that the buckets prove.
+    inside = ttft(70.0, 0.8)
+    window = SloWindow(300.0)
+    predicted(window, inside, 0.86, 3)
+    assert window.shortfalls([inside]) == {}
+    # The model no higher than observed: nothing to correct.
+    window = SloWindow(300.0)
+    predicted(window, target, 0.87, 3)
+    assert window.shortfalls([target]) == {}
+
+
+def test_no_correction_from_fewer_than_1000_requests() -> None:
+    target = ttft(100.0, 0.85)
+    window = SloWindow(300.0)
+    for k in range(3):
+        window.add(30.0 * (k + 1), {HistogramName.TTFT_S: HIST})  # 40 a cycle
+        window.predicted(30.0 * (k + 1), [PredictedPercentile(target, 90.0, 0.99)])
+    assert window.shortfalls([target]) == {}
+
+
+def test_a_huge_shortfall_is_bounded() -> None:
+    target = ttft(40.0, 0.5)
+    window = SloWindow(300.0)
+    predicted(window, target, 1.0, 2)  # observed 0.25 exactly at 40 ms
+    assert window.shortfalls([target]) == {target: pytest.approx(0.5)}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from exporter.config import SloConfig
-from exporter.recommender import Recommender
+from exporter.recommender import Reason, Recommender
 from exporter.slo_targets import BindingTarget, binding_target
 from model import (
     DEFAULT_MODEL,
@@ -110,3 +110,21 @@ def test_an_unattainable_percentile_is_named_as_binding() -> None:
     assert decision.binding_target is BindingTarget.ITL_PER_REQUEST_PERCENTILE
     assert decision.model_replicas is None and decision.desired_replicas == 6
     assert np.isfinite(decision.predicted_percentiles[0].value_ms)
+
+
+def test_a_five_point_attainment_shortfall_raises_the_count() -> None:
+    dep = deployment(slo=SloConfig(percentiles=(TTFT_P95,)), model=DEFAULT_MODEL)
+    capacity = max_rate_for_slo(LLAMA, SERVER, SHAPE, percentiles=(TTFT_P95,))
+    rate = 2.9 * capacity.rate_rps
+    plain = Recommender(dep).decide(0.0, observation(rate, 3), LLAMA, SHAPE)
+    short = Recommender(dep).decide(
+        0.0, observation(rate, 3), LLAMA, SHAPE, shortfalls={TTFT_P95: 0.05}
+    )
+    tight = PercentileTarget(LatencyMetric.TTFT, 0.999, TTFT_P95.target_ms)  # 0.95 + 0.05, capped
+    expected = replicas_for_slo(rate, LLAMA, SERVER, SHAPE, percentiles=(tight,))
+    assert plain.model_replicas == 3
+    assert short.model_replicas == expected.replicas
+    assert short.model_replicas is not None and short.model_replicas > plain.model_replicas
+    assert short.reason is Reason.TAIL_SHORTFALL and plain.reason is Reason.AT_TARGET
+    # What is predicted and exported stays the configured target's.
+    assert short.predicted_percentiles == plain.predicted_percentiles
