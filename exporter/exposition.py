@@ -18,15 +18,16 @@ from enum import StrEnum
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporter.attainment import ObservedAttainment
-from exporter.config import DemandKind, ItlKind
+from exporter.config import DemandKind
+from exporter.exposition_slo import PERCENTILE_GAUGES as PERCENTILE_GAUGES
+from exporter.exposition_slo import attainment_families, percentile_families
+from exporter.metric_names import LABELS as LABELS
+from exporter.metric_names import PREFIX as PREFIX
+from exporter.metric_names import S_PER_MS as S_PER_MS
 from exporter.recommender import Decision, Reason
-from exporter.slo_targets import BindingTarget, percentile_label
+from exporter.slo_targets import BindingTarget
 from exporter.traffic import LengthCvKind, TrafficShape
-from model import LatencyMetric, PercentileTarget, ServiceParams, TunerReason, TunerState
-
-PREFIX = "vllm_sizer_"
-LABELS = ("deployment", "model_name")
-S_PER_MS = 1e-3
+from model import PercentileTarget, ServiceParams, TunerReason, TunerState
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +54,8 @@ class DeploymentStatus:
     demand_kind: DemandKind | None = None  # None without scale_from_zero
     traffic: TrafficShape = TrafficShape()  # smoothed measurements of the traffic
     kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
+    calibration_confidence: float = 0.0  # 0-1, model.calibration.trust
+    identified: tuple[bool, bool, bool] | None = None  # per parameter; None without params
     slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
     observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
     slo_window_requests: float | None = None  # requests with a first token in slo_window_s
@@ -63,6 +66,21 @@ class Signal(StrEnum):
 
     TTFT = "ttft"
     ITL = "itl"
+
+
+class Parameter(StrEnum):
+    """A model parameter; exported label values (in ServiceParams order)."""
+
+    ALPHA = "alpha"
+    BETA = "beta"
+    GAMMA = "gamma"
+
+
+class ParameterSource(StrEnum):
+    """Where a published parameter's value comes from; exported label values."""
+
+    DATA = "data"  # the window identified it
+    PRIOR = "prior"  # held at the fit's prior (one request shape cannot pin it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +218,12 @@ GAUGES: tuple[GaugeSpec, ...] = (
         "Pods whose vLLM metrics the last cycle read.",
         lambda s: s.pods_observed,
     ),
+    GaugeSpec(
+        "calibration_confidence",
+        "How far the calibration can be trusted, 0-1 (0 while warming; >= 0.5: size on "
+        "desired_replicas), as of the last cycle.",
+        lambda s: s.calibration_confidence,
+    ),
 )
 
 
@@ -319,85 +343,29 @@ class SnapshotCollector:
                 if cv is not None:
                     spread.add_metric([s.deployment, s.model_name, kind.value], cv)
         yield spread
-        yield from _percentile_families(snapshot)
-        yield from _attainment_families(snapshot)
+        yield _parameter_sources(snapshot)
+        yield from percentile_families(snapshot.deployments)
+        yield from attainment_families(snapshot.deployments)
 
 
-def _attainment_families(snapshot: CycleSnapshot) -> Iterator[Metric]:
-    """Observed attainment of each percentile target over slo_window_s, and the window's
-    request count."""
-    ratio = GaugeMetricFamily(
-        PREFIX + "observed_slo_attainment_ratio",
-        "Share of requests (gaps, for per-token ITL) within each percentile target over "
-        "slo_window_s, from vLLM's histograms: bound=exact where the target is a bucket bound, "
-        "else the bracket's lower and upper ends.",
-        labels=(*LABELS, "target", "bound"),
-    )
-    requests = GaugeMetricFamily(
-        PREFIX + "observed_slo_window_requests",
-        "Requests whose first token fell within slo_window_s (below about 1000, a p99 "
-        "attainment is noise).",
-        labels=LABELS,
+def _parameter_sources(snapshot: CycleSnapshot) -> GaugeMetricFamily:
+    """Enum-style per parameter: 1 for its current source, 0 for the other; no series while
+    the tuner has no parameters."""
+    family = GaugeMetricFamily(
+        PREFIX + "parameter_source",
+        "Where each published model parameter comes from: 1 for the current source (data: "
+        "identified by the window; prior: held at the fit's prior), 0 for the other.",
+        labels=(*LABELS, "parameter", "source"),
     )
     for s in snapshot.deployments:
-        for seen in s.observed_attainment:
-            for bound, share in seen.values():
-                ratio.add_metric([s.deployment, s.model_name, seen.target.name, bound], share)
-        if s.slo_window_requests is not None:
-            requests.add_metric([s.deployment, s.model_name], s.slo_window_requests)
-    yield ratio
-    yield requests
-
-
-_ITL_KINDS = {kind.metric: kind for kind in ItlKind}
-# Percentile gauges (without prefix): TTFT by `percentile`, ITL by `percentile` and `kind`.
-PERCENTILE_GAUGES = tuple(
-    f"{source}_{metric}_quantile_seconds"
-    for source in ("predicted", "slo")
-    for metric in ("ttft", "itl")
-)
-
-
-def _percentile_families(snapshot: CycleSnapshot) -> Iterator[Metric]:
-    """Predicted and target percentiles: TTFT by `percentile`, ITL by `percentile` and `kind`."""
-    families = {
-        (name, ttft): GaugeMetricFamily(
-            f"{PREFIX}{name}_{'ttft' if ttft else 'itl'}_quantile_seconds",
-            help_text + ("" if ttft else " `kind`: per_token (every gap) or per_request (each "
-                         "request's mean gap)."),
-            labels=(*LABELS, "percentile") if ttft else (*LABELS, "percentile", "kind"),
-        )
-        for name, help_text in (
-            ("predicted", "Model percentile of each configured percentile target at the current "
-             "load on the current replicas, without the mean bias correction (+Inf when "
-             "saturated; never scale on it), as of the last cycle."),
-            ("slo", "Configured percentile target."),
-        )
-        for ttft in (True, False)
-    }  # fmt: skip
-
-    def add(name: str, s: DeploymentStatus, target: PercentileTarget, value_ms: float) -> None:
-        ttft = target.metric is LatencyMetric.TTFT
-        key = [s.deployment, s.model_name, percentile_label(target.quantile)]
-        if not ttft:
-            key.append(_ITL_KINDS[target.metric].value)
-        families[name, ttft].add_metric(key, value_ms * S_PER_MS)
-
-    attainment = GaugeMetricFamily(
-        PREFIX + "predicted_slo_attainment_ratio",
-        "Share of requests (of gaps, for per-token ITL) the model predicts within each "
-        "percentile target at the current load on the current replicas, as of the last cycle.",
-        labels=(*LABELS, "target"),
-    )
-    for s in snapshot.deployments:
-        for predicted in s.decision.predicted_percentiles:
-            add("predicted", s, predicted.target, predicted.value_ms)
-            key = [s.deployment, s.model_name, predicted.target.name]
-            attainment.add_metric(key, predicted.attainment)
-        for target in s.slo_percentiles:
-            add("slo", s, target, target.target_ms)
-    yield from families.values()
-    yield attainment
+        if s.identified is None:
+            continue
+        for parameter, known in zip(Parameter, s.identified, strict=True):
+            current = ParameterSource.DATA if known else ParameterSource.PRIOR
+            for source in ParameterSource:
+                key = [s.deployment, s.model_name, parameter.value, source.value]
+                family.add_metric(key, float(source is current))
+    return family
 
 
 class BuildInfoCollector:

@@ -170,6 +170,7 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
             "fit_error_ratio",
             "demand",
             "request_length_cv",
+            "parameter_source",
             "predicted_slo_attainment_ratio",
             "observed_slo_attainment_ratio",
             "observed_slo_window_requests",
