@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from model import ModelOptions, ServerConfig, ServiceParams
+from model import LatencyMetric, ModelOptions, PercentileTarget, ServerConfig, ServiceParams
 from model.calibration.prior import Accelerator
 
 DEFAULT_CYCLE_PERIOD_S = 30.0
@@ -17,6 +17,10 @@ DEFAULT_SCRAPE_TIMEOUT_S = 5.0
 DEFAULT_PROMETHEUS_TIMEOUT_S = 10.0
 DEFAULT_MIN_OBSERVATIONS = 5
 DEFAULT_WINDOW = 10
+# Observed attainment needs minutes: a p99 means something from about 1000 requests on.
+DEFAULT_SLO_WINDOW_S = 300.0
+MIN_SLO_WINDOW_S = 300.0
+MAX_SLO_WINDOW_S = 3600.0  # the daemon keeps one histogram set per cycle of it
 # Cap on the body of one HTTP answer (a pod's /metrics, a Prometheus API answer): a larger one is
 # a failed read (`body_too_large`) and is never held whole in memory. vLLM's /metrics is tens of
 # kB; a 400 MB body once took the daemon to 2.8 GB.
@@ -82,12 +86,31 @@ class SourceConfig:
         return SourceKind.PROMETHEUS if self.prometheus_selector is not None else SourceKind.SCRAPE
 
 
+class ItlKind(StrEnum):
+    """Which inter-token latency an ITL percentile target describes; exported label values."""
+
+    PER_TOKEN = "per_token"  # every gap between two tokens (vLLM's inter_token_latency_seconds)
+    PER_REQUEST = "per_request"  # each request's mean gap (request_time_per_output_token_seconds)
+
+    @property
+    def metric(self) -> LatencyMetric:
+        """The model's latency of this kind."""
+        if self is ItlKind.PER_TOKEN:
+            return LatencyMetric.ITL_PER_TOKEN
+        return LatencyMetric.ITL_PER_REQUEST
+
+
 @dataclass(frozen=True, slots=True)
 class SloConfig:
-    """Targets in ms; None = no target on that metric (none at all: size to capacity)."""
+    """Targets in ms; None = no target on that metric (none at all: size to capacity).
+
+    `itl_ms` is the token-weighted mean gap, vLLM's inter_token_latency _sum/_count (what the
+    tuner fits); `percentiles` are sized on the model's latency percentiles, TTFT first."""
 
     ttft_ms: float | None = None
     itl_ms: float | None = None
+    percentiles: tuple[PercentileTarget, ...] = ()
+    window_s: float = DEFAULT_SLO_WINDOW_S  # observed attainment is over this many seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,6 @@ from exporter.config import (
     Config,
     DeploymentConfig,
     PrometheusConfig,
-    SloConfig,
     SourceConfig,
     TunerConfig,
 )
@@ -50,6 +49,7 @@ from exporter.config_checks import (
 )
 from exporter.config_model import CV_KEYS, accelerator_preset, initial_params, model_options
 from exporter.config_replicas import replica_bounds
+from exporter.config_slo import parse_slo
 from model import ServerConfig
 
 # Errors name the key path, the value and what is allowed, e.g.
@@ -192,6 +192,7 @@ _DEPLOYMENT_KEYS = {
     "source",
     "server",
     "slo",
+    "slo_window_s",
     "replicas",
     "scale_down_stabilization_s",
     "look_ahead_s",
@@ -218,7 +219,7 @@ def _deployment(
     model_name = r.required(m, "model_name", path, string(), "vLLM's --served-model-name")
     source = _source(r, m.get("source"), f"{path}.source", prometheus)
     server = _server(r, m.get("server"), f"{path}.server")
-    slo = _slo(r, m.get("slo"), f"{path}.slo")
+    slo = parse_slo(r, m, path)
     low, high, zero = replica_bounds(r, m, path, source)
     window = r.get(
         m,
@@ -354,8 +355,3 @@ def _tuner(r: KeyReader, node: Any, path: str, server: ServerConfig) -> TunerCon
     return TunerConfig(min_observations=low, window=window)
 
 
-def _slo(r: KeyReader, node: Any, path: str) -> SloConfig:
-    m = r.mapping(node, path, {"ttft_ms", "itl_ms"})
-    ttft = r.get(m, "ttft_ms", path, number(0.0), "must be a number > 0 (ms)", None)
-    itl = r.get(m, "itl_ms", path, number(0.0), "must be a number > 0 (ms)", None)
-    return SloConfig(ttft, itl)

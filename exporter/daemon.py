@@ -27,7 +27,6 @@ from exporter.deployment_state import (
 )
 from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
-from exporter.forecast import forecast
 from exporter.log_lines import FailureStreaks, log_unexpected
 from exporter.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.reading.arrival_sampler import ArrivalSampler
@@ -41,9 +40,9 @@ from exporter.recommender import (
     saturated,
     slo_headroom_ratio,
 )
-from exporter.server import WhatIf
 from exporter.statefile import StateFile
 from exporter.traffic import model_inputs, used_cvs
+from exporter.what_if import WhatIf, what_if
 from model import TunerReason
 
 logger = logging.getLogger(__name__)
@@ -195,6 +194,8 @@ class Daemon:
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, failure.reason).inc()
         obs = runtime.tracker.observe(read)
         runtime.observation = obs
+        if obs.windows:
+            runtime.slo_window.add(obs.end_time_s, obs.windows)
         for problem in obs.problems:
             self.metrics.observation_problems.labels(dep.name, problem).inc()
         if obs.status is ObservationStatus.MODEL_NOT_FOUND:
@@ -211,8 +212,9 @@ class Daemon:
         self._tune(runtime, obs)
         decision = runtime.recommender.decide(
             now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs,
-            demand=demand,
-        )
+            demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
+        )  # fmt: skip
+        runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)
         # At zero the demand is the observation: a read that found no pod and a demand read
         # make a successful cycle (readiness, the KEDA query's freshness guard, the alerts).
@@ -317,6 +319,9 @@ class Daemon:
             kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
             calibration_confidence=runtime.tuner.confidence(),
             identified=None if runtime.params is None else runtime.tuner.identified,
+            slo_percentiles=dep.slo.percentiles,
+            observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
+            slo_window_requests=runtime.slo_window.requests(),
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
@@ -348,8 +353,15 @@ class Daemon:
         age = self._clock.monotonic() - self._last_success_mono
         return age <= READY_PERIODS * self.config.cycle_period_s
 
-    def predict(self, deployment: str, rate_rps: float, replicas: int | None) -> WhatIf:
-        """What-if at a total rate with the current parameters (LookupError if impossible)."""
+    def predict(
+        self,
+        deployment: str,
+        rate_rps: float,
+        replicas: int | None,
+        quantiles: tuple[float, ...] = (),
+    ) -> WhatIf:
+        """What-if at a total rate with the current parameters, with the model's percentiles
+        at `quantiles` (LookupError if impossible)."""
         runtime = self.runtimes.get(deployment)
         if runtime is None:
             raise LookupError(f"unknown deployment {deployment!r}")
@@ -358,23 +370,9 @@ class Daemon:
             raise LookupError(f"deployment {deployment!r} has no calibrated model yet")
         last = runtime.recommender.last
         count = replicas or (last.current_replicas if last and last.current_replicas else 1)
-        outlook = forecast(
-            runtime.config, params, workload, runtime.tuner.bias(),
-            size_for_rps=rate_rps, per_replica_rps=rate_rps / count, inputs=runtime.inputs,
-        )  # fmt: skip
-        return WhatIf(
-            deployment=deployment,
-            total_rate_rps=rate_rps,
-            replicas=count,
-            per_replica_rate_rps=rate_rps / count,
-            ttft_ms=outlook.ttft_ms,
-            itl_ms=outlook.itl_ms,
-            stable=outlook.stable,
-            max_rate_per_replica_rps=outlook.plan.capacity.rate_rps,
-            saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
-            replicas_needed=outlook.plan.replicas,
-            feasible=outlook.plan.capacity.feasible,
-            params=params.to_dict(),
+        return what_if(
+            runtime.config, params, workload, runtime.tuner.bias(), rate_rps, count, quantiles,
+            runtime.inputs,
         )
 
     # -- persistence -----------------------------------------------------------------------

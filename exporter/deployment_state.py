@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from exporter.attainment import SloWindow
 from exporter.config import DeploymentConfig
 from exporter.reading.demand import DemandSource, DemandWatch
 from exporter.reading.observations import DeploymentObservation, WindowTracker
@@ -49,6 +50,10 @@ class DeploymentRuntime:
     shapes: deque[tuple[float, float, float]] = field(
         default_factory=lambda: deque(maxlen=SHAPE_WINDOWS)
     )
+    slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
+
+    def __post_init__(self) -> None:
+        self.slo_window = SloWindow(self.config.slo.window_s)
 
     def note_shape(self, obs: DeploymentObservation) -> None:
         """Add a window's request shape; the workload becomes the completion-weighted mean of

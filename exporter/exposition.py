@@ -17,14 +17,17 @@ from enum import StrEnum
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
+from exporter.attainment import ObservedAttainment
 from exporter.config import DemandKind
+from exporter.exposition_slo import PERCENTILE_GAUGES as PERCENTILE_GAUGES
+from exporter.exposition_slo import attainment_families, percentile_families
+from exporter.metric_names import LABELS as LABELS
+from exporter.metric_names import PREFIX as PREFIX
+from exporter.metric_names import S_PER_MS as S_PER_MS
 from exporter.recommender import Decision, Reason
+from exporter.slo_targets import BindingTarget
 from exporter.traffic import LengthCvKind, TrafficShape
-from model import ServiceParams, TunerReason, TunerState
-
-PREFIX = "vllm_sizer_"
-LABELS = ("deployment", "model_name")
-S_PER_MS = 1e-3
+from model import PercentileTarget, ServiceParams, TunerReason, TunerState
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +56,9 @@ class DeploymentStatus:
     kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
     calibration_confidence: float = 0.0  # 0-1, model.calibration.trust
     identified: tuple[bool, bool, bool] | None = None  # per parameter; None without params
+    slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
+    observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
+    slo_window_requests: float | None = None  # requests with a first token in slo_window_s
 
 
 class Signal(StrEnum):
@@ -229,7 +235,7 @@ class EnumGaugeSpec:
     help: str
     label: str
     values: type[StrEnum]
-    current: Callable[[DeploymentStatus], StrEnum]
+    current: Callable[[DeploymentStatus], StrEnum | None]  # None: no series at all
 
 
 ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
@@ -253,6 +259,14 @@ ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
         "reason",
         TunerReason,
         lambda s: s.tuner_reason,
+    ),
+    EnumGaugeSpec(
+        "binding_target",
+        "Which target sets the SLO capacity of a replica (for infeasible targets: the one "
+        "missed): 1 for the current one, 0 for the others; absent before the first sizing.",
+        "target",
+        BindingTarget,
+        lambda s: s.decision.binding_target,
     ),
 )
 
@@ -291,6 +305,8 @@ class SnapshotCollector:
             )
             for status in snapshot.deployments:
                 current = enum_spec.current(status)
+                if current is None:
+                    continue
                 for member in enum_spec.values:
                     key = [status.deployment, status.model_name, member.value]
                     family.add_metric(key, float(member is current))
@@ -328,6 +344,8 @@ class SnapshotCollector:
                     spread.add_metric([s.deployment, s.model_name, kind.value], cv)
         yield spread
         yield _parameter_sources(snapshot)
+        yield from percentile_families(snapshot.deployments)
+        yield from attainment_families(snapshot.deployments)
 
 
 def _parameter_sources(snapshot: CycleSnapshot) -> GaugeMetricFamily:

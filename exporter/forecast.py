@@ -3,11 +3,20 @@ per-replica rate. Shared by the recommender, scale from zero and the what-if API
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter.config import DeploymentConfig
+from exporter.slo_targets import PredictedPercentile, predicted_percentiles, tightened
 from exporter.traffic import ModelInputs
-from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
+from model import (
+    PercentileTarget,
+    ReplicaPlan,
+    ServiceParams,
+    Workload,
+    analyze,
+    replicas_for_slo,
+)
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
 MAX_BIAS = 0.5
@@ -23,6 +32,7 @@ class Forecast:
     itl_ms: float
     stable: bool
     saturation_rate_per_replica_rps: float
+    percentiles: tuple[PredictedPercentile, ...]  # each percentile target's, at the same rate
 
 
 def forecast(
@@ -34,10 +44,13 @@ def forecast(
     size_for_rps: float,
     per_replica_rps: float,
     inputs: ModelInputs | None = None,
+    shortfalls: Mapping[PercentileTarget, float] | None = None,
 ) -> Forecast:
-    """Size for a total rate and predict at a per-replica rate, corrected for the model's
-    mean relative error (TTFT, ITL) on recent windows; `inputs` (default: the configured
-    options and server) carry the measured traffic shape."""
+    """Size for a total rate and predict at a per-replica rate, the means corrected for the
+    model's mean relative error (TTFT, ITL) on recent windows, the percentiles as predicted
+    (the mean bias factor is not applied to tails); `inputs` (default: the configured options
+    and server) carry the measured traffic shape; `shortfalls` tighten percentile targets
+    whose observed attainment fell short of the model's (exporter.attainment)."""
     inputs = inputs or ModelInputs(dep.model, dep.server)
     options, server = inputs.options, inputs.server
     # prediction / factor is the corrected prediction, so a target T is met where the raw
@@ -52,6 +65,7 @@ def forecast(
         None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
         min_replicas=dep.serving_min_replicas,
         options=options,
+        percentiles=tightened(dep.slo.percentiles, shortfalls or {}),
     )
     at = analyze(params, server, workload, per_replica_rps, options=options)
     return Forecast(
@@ -60,6 +74,9 @@ def forecast(
         itl_ms=float(at.itl_ms) / f_itl,
         stable=bool(at.stable),
         saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
+        percentiles=predicted_percentiles(
+            dep.slo.percentiles, params, server, workload, per_replica_rps, options
+        ),
     )
 
 

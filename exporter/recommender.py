@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -20,8 +21,9 @@ from exporter.forecast import forecast
 from exporter.reading.observations import DeploymentObservation, ObservationStatus
 from exporter.reading.saturation import Saturation
 from exporter.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
+from exporter.slo_targets import BindingTarget, PredictedPercentile, binding_target
 from exporter.traffic import ModelInputs
-from model import ServiceParams, Workload
+from model import PercentileTarget, ServiceParams, Workload
 
 # Look-ahead: the trend is a least-squares slope over this many recent windows (at least 3).
 TREND_WINDOWS = 4
@@ -63,9 +65,12 @@ class Reason(StrEnum):
     SCALED_TO_ZERO = "scaled_to_zero"
     DEMAND_FROM_ZERO = "demand_from_zero"
     DEMAND_UNKNOWN = "demand_unknown"
+    TAIL_SHORTFALL = "slo_tail_shortfall"
 
 
 REASON_MESSAGES: dict[Reason, str] = {
+    Reason.TAIL_SHORTFALL: "observed attainment of a percentile target fell short of the "
+    "model's: sized with that target tightened by the shortfall",
     Reason.AT_TARGET: "the current replicas meet the targets at the observed load",
     Reason.SCALE_UP: "more replicas are needed to meet the targets at the observed load",
     Reason.SCALE_DOWN: "fewer replicas meet the targets at the observed load",
@@ -111,6 +116,8 @@ class Decision:
     saturation_rate_per_replica_rps: float | None
     predicted_ttft_ms: float | None  # at the current load on the current replicas
     predicted_itl_ms: float | None
+    binding_target: BindingTarget | None = None  # None: not sized this cycle
+    predicted_percentiles: tuple[PredictedPercentile, ...] = ()  # same load and replicas
 
 
 def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
@@ -152,6 +159,7 @@ class Recommender:
         zero = deployment.scale_from_zero
         self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
+        self._shortfalls: dict[PercentileTarget, float] = {}
 
     def decide(
         self,
@@ -163,11 +171,14 @@ class Recommender:
         inputs: ModelInputs | None = None,
         *,
         demand: float | None = None,
+        shortfalls: Mapping[PercentileTarget, float] | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
         `inputs` the model's options and limits for the measured traffic; `demand` is the
-        scale_from_zero query's value (None: not read)."""
+        scale_from_zero query's value (None: not read); `shortfalls` tighten percentile targets
+        the observations say the model over-promises."""
+        self._shortfalls = dict(shortfalls or {})
         decision = self._decide(now_s, observation, params, workload, bias, inputs)
         if self._gate is not None:
             pods = pods_state(observation)
@@ -221,6 +232,7 @@ class Recommender:
             sizing_rate_rps=rate,
             max_rate_per_replica_rps=plan.capacity.rate_rps,
             saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
+            binding_target=binding_target(plan.capacity),
         )
 
     def _decide(
@@ -256,7 +268,7 @@ class Recommender:
         sizing_rate = self.projected_rate(rate)
         outlook = forecast(
             dep, params, workload, bias, size_for_rps=sizing_rate,
-            per_replica_rps=rate / max(current, 1), inputs=inputs,
+            per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
         )  # fmt: skip
         plan = outlook.plan
         extra = {
@@ -265,6 +277,8 @@ class Recommender:
             "saturation_rate_per_replica_rps": outlook.saturation_rate_per_replica_rps,
             "predicted_ttft_ms": outlook.ttft_ms,
             "predicted_itl_ms": outlook.itl_ms,
+            "binding_target": binding_target(plan.capacity),
+            "predicted_percentiles": outlook.percentiles,
         }
         if plan.replicas is None:
             return self._stabilized(
@@ -272,6 +286,8 @@ class Recommender:
             )
         wanted = plan.replicas
         override: Reason | None = None  # None: the model's count stands
+        if self._shortfalls and wanted >= current:
+            override = Reason.TAIL_SHORTFALL
         if waiting_queue_grows(obs) and wanted <= current:
             # The estimate lags a growing backlog; the queue itself says capacity is short.
             wanted, override = current + 1, Reason.QUEUE_GROWING

@@ -22,19 +22,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from exporter.what_if import MAX_PERCENTILE, MIN_PERCENTILE, WhatIf
+
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 logger = logging.getLogger(__name__)
 
-S_PER_MS = 1e-3
 
 DEFAULT_TIMEOUT_S = 10.0  # to send a request, and again to take the reply
 DEFAULT_MAX_CONNECTIONS = 64
@@ -49,45 +49,8 @@ MAX_DEPLOYMENT_CHARS = 253  # a Kubernetes object name's limit
 SHOWN_CHARS = 40  # of a bad value, in its error
 _REPLICAS = re.compile(r"[0-9]{1,5}")  # ASCII only: str.isdigit() takes "①", which int() refuses
 _RATE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WhatIf:
-    """A what-if prediction for one deployment at a given total rate; ms and req/s."""
-
-    deployment: str
-    total_rate_rps: float
-    replicas: int
-    per_replica_rate_rps: float
-    ttft_ms: float
-    itl_ms: float
-    stable: bool
-    max_rate_per_replica_rps: float
-    saturation_rate_per_replica_rps: float
-    replicas_needed: int | None
-    feasible: bool
-    params: dict[str, float]
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-safe, in seconds; an unstable prediction's latencies are null."""
-
-        def seconds(ms: float) -> float | None:
-            return ms * S_PER_MS if math.isfinite(ms) else None
-
-        return {
-            "deployment": self.deployment,
-            "rate_requests_per_second": self.total_rate_rps,
-            "replicas": self.replicas,
-            "per_replica_rate_requests_per_second": self.per_replica_rate_rps,
-            "stable": self.stable,
-            "ttft_seconds": seconds(self.ttft_ms),
-            "itl_seconds": seconds(self.itl_ms),
-            "max_rate_per_replica_requests_per_second": self.max_rate_per_replica_rps,
-            "saturation_rate_per_replica_requests_per_second": self.saturation_rate_per_replica_rps,
-            "replicas_needed": self.replicas_needed,
-            "slo_feasible": self.feasible,
-            "params_seconds": {k.removesuffix("_ms"): v * S_PER_MS for k, v in self.params.items()},
-        }
+MAX_PERCENTILES = 8  # asked in one query
+_PERCENTILE = re.compile(r"[0-9]{1,2}(?:\.[0-9])?")
 
 
 class QueryError(ValueError):
@@ -98,9 +61,10 @@ class QueryError(ValueError):
         super().__init__(f"query parameter `{parameter}`: {message}")
 
 
-# (deployment, total rate req/s, replicas or None = current) -> WhatIf; raises QueryError or
-# LookupError (unknown deployment / no parameters yet).
-Predictor = Callable[[str, float, int | None], WhatIf]
+# (deployment, total rate req/s, replicas or None = current, quantiles asked) -> WhatIf; raises
+# QueryError or LookupError (unknown deployment / no parameters yet).
+Predictor = Callable[[str, float, int | None, tuple[float, ...]], WhatIf]
+PredictQuery = tuple[str, float, int | None, tuple[float, ...]]
 
 
 def _cut(raw: str) -> str:
@@ -108,13 +72,15 @@ def _cut(raw: str) -> str:
     return raw if len(raw) <= SHOWN_CHARS else raw[:SHOWN_CHARS] + "..."
 
 
-def parse_predict_query(query: str) -> tuple[str, float, int | None]:
-    """deployment, rate (req/s, 0 to MAX_RATE_RPS) and optional replicas (1 to MAX_REPLICAS)
-    from a query string."""
+def parse_predict_query(query: str) -> PredictQuery:
+    """deployment, rate (req/s, 0 to MAX_RATE_RPS), optional replicas (1 to MAX_REPLICAS) and
+    optional percentiles (`95,99.9` -> quantiles 0.95, 0.999) from a query string."""
     params = parse_qs(query, keep_blank_values=True)
     for name, values in params.items():
-        if name not in ("deployment", "rate", "replicas"):
-            raise QueryError(_cut(name), "unknown (allowed: deployment, rate, replicas)")
+        if name not in ("deployment", "rate", "replicas", "percentiles"):
+            raise QueryError(
+                _cut(name), "unknown (allowed: deployment, rate, replicas, percentiles)"
+            )
         if len(values) != 1:
             raise QueryError(name, "given more than once")
     deployment = params.get("deployment", [""])[0]
@@ -142,7 +108,24 @@ def parse_predict_query(query: str) -> tuple[str, float, int | None]:
             raise QueryError(
                 "replicas", f"must be an integer from 1 to {MAX_REPLICAS}, got {_cut(raw)!r}"
             )
-    return deployment, rate, replicas
+    return deployment, rate, replicas, _percentiles(params.get("percentiles", [""])[0])
+
+
+def _percentiles(raw: str) -> tuple[float, ...]:
+    """Quantiles from `95,99.9`: distinct, in order, at most MAX_PERCENTILES."""
+    if not raw:
+        return ()
+    parts = raw.split(",", MAX_PERCENTILES)
+    values = [float(p) if _PERCENTILE.fullmatch(p) else math.nan for p in parts]
+    if len(parts) > MAX_PERCENTILES or not all(
+        MIN_PERCENTILE <= v <= MAX_PERCENTILE for v in values
+    ):
+        raise QueryError(
+            "percentiles",
+            f"must be up to {MAX_PERCENTILES} comma-separated percentiles from "
+            f"{MIN_PERCENTILE:g} to {MAX_PERCENTILE:g} (one decimal at most), got {_cut(raw)!r}",
+        )
+    return tuple(round(v / 100.0, 4) for v in sorted(set(values)))
 
 
 def _always_alive() -> bool:
@@ -333,8 +316,7 @@ def _handler_class(
 
         def _predict(self, query: str) -> None:
             try:
-                deployment, rate, replicas = parse_predict_query(query)
-                result = predictor(deployment, rate, replicas)
+                result = predictor(*parse_predict_query(query))
             except QueryError as exc:
                 self._json(400, {"error": str(exc), "parameter": exc.parameter})
             except LookupError as exc:

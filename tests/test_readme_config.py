@@ -21,10 +21,10 @@ PROBE = "zz_not_a_key"
 
 def documented_keys() -> set[str]:
     """Key paths of the table: `a.b.c`, then `.d` for a sibling of `c`; `deployments[]` is a list
-    item."""
+    item; `pNN_ms` stands for the percentile keys p50_ms ... p99.9_ms."""
     keys: set[str] = set()
     for row in table_rows(section("## Configuration")):
-        names = re.findall(r"`([a-z_.\[\]]+)`", row[0])
+        names = re.findall(r"`([a-zN_.\[\]]+)`", row[0])
         assert names and not names[0].startswith("."), row
         parent = names[0].rpartition(".")[0]
         keys.add(names[0])

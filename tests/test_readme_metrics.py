@@ -9,11 +9,13 @@ from enum import StrEnum
 import pytest
 from prometheus_client import CollectorRegistry
 
+from exporter.attainment import Bound
 from exporter.clock import ManualClock
 from exporter.config import (
     Config,
     DemandKind,
     DeploymentConfig,
+    ItlKind,
     SloConfig,
     SourceConfig,
     SourceKind,
@@ -24,6 +26,7 @@ from exporter.exposition import BuildInfoCollector, Parameter, ParameterSource, 
 from exporter.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
 from exporter.recommender import Reason
+from exporter.slo_targets import BindingTarget
 from exporter.traffic import LengthCvKind
 from model import ServerConfig, TunerReason, TunerState
 from tests.conftest import REPO_ROOT
@@ -33,6 +36,10 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_tuner_state{state}": TunerState,
     "vllm_sizer_tuner_reason{reason}": TunerReason,
     "vllm_sizer_fit_error_ratio{signal}": Signal,
+    "vllm_sizer_binding_target{target}": BindingTarget,
+    "vllm_sizer_predicted_itl_quantile_seconds{kind}": ItlKind,
+    "vllm_sizer_slo_itl_quantile_seconds{kind}": ItlKind,
+    "vllm_sizer_observed_slo_attainment_ratio{bound}": Bound,
     "vllm_sizer_demand{kind}": DemandKind,
     "vllm_sizer_request_length_cv{kind}": LengthCvKind,
     "vllm_sizer_parameter_source{parameter}": Parameter,

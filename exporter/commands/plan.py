@@ -18,16 +18,24 @@ from exporter.commands.fleet_options import (
     number_flag,
     output_file,
 )
-from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, SloConfig
+from exporter.config_checks import KeyReader
+from exporter.config_slo import parse_slo
+from exporter.slo_targets import PredictedPercentile, predicted_percentiles
 from model import (
+    DEFAULT_MODEL,
+    LatencyMetric,
     ServerConfig,
     ServiceParams,
+    SloCapacity,
     Workload,
     analyze,
+    latency_quantiles,
     max_rate_for_slo,
-    replicas_for_slo,
 )
 from model.queueing.analyzer import MAX_RATE_FRACTION
+from model.queueing.chain import workload_table
+from model.queueing.sizing import ReplicaPlan, plan_replicas
 
 # Paper Table I (H100, ms): presets for --model.
 PRESETS = {
@@ -82,7 +90,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument(
         "--ttft-ms", type=target, help="TTFT target, ms (without targets: size to saturation)"
     )
-    plan.add_argument("--itl-ms", type=target, help="ITL target, ms")
+    plan.add_argument("--itl-ms", type=target, help="ITL target, ms (token-weighted mean)")
+    plan.add_argument(
+        "--slo",
+        type=_slo_entry,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a percentile target in the configuration's spelling, repeatable: ttft.p95_ms=500, "
+        "itl.p99_ms=80, itl.kind=per_request",
+    )
     plan.add_argument(
         "--load",
         type=number_flag(0.0, MAX_TOTAL_RPS),
@@ -97,9 +114,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.set_defaults(func=run_plan, check=_check_plan)
 
 
+def _slo_entry(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or "." not in key:
+        raise argparse.ArgumentTypeError(
+            f"must be SECTION.KEY=VALUE (ttft.p95_ms=500), got {text!r}"
+        )
+    return key, value
+
+
 def _check_plan(args: argparse.Namespace) -> str | None:
     if args.load is not None and args.load[0] > args.load[1]:
         return f"argument --load: MIN_RPS must be <= MAX_RPS, got {args.load[0]:g} {args.load[1]:g}"
+    sections: dict[str, dict[str, object]] = {}
+    for key, value in args.slo:
+        section, _, name = key.partition(".")
+        try:
+            number: object = float(value)
+        except ValueError:
+            number = value
+        sections.setdefault(section, {})[name] = number
+    reader = KeyReader()
+    means = {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms}
+    args.targets = parse_slo(reader, {"slo": {**means, **sections}}, "")
+    if reader.problems:
+        return f"argument --slo: {'; '.join(reader.problems)}"
     return None
 
 
@@ -117,7 +156,10 @@ def run_plan(args: argparse.Namespace) -> int:
         params = _params(args)
         workload = Workload(args.input_tokens, args.output_tokens)
         server = ServerConfig(args.max_num_seqs, args.max_num_batched_tokens)
-        capacity = max_rate_for_slo(params, server, workload, args.ttft_ms, args.itl_ms)
+        slo: SloConfig = args.targets
+        capacity = max_rate_for_slo(
+            params, server, workload, slo.ttft_ms, slo.itl_ms, percentiles=slo.percentiles
+        )
     except ValueError as exc:
         print(f"vllm-sizer plan: {exc}", file=sys.stderr)
         return 2
@@ -128,7 +170,7 @@ def run_plan(args: argparse.Namespace) -> int:
         f"M={server.max_num_batched_tokens}"
     )
     saturation = capacity.max_rate_rps / MAX_RATE_FRACTION
-    if args.ttft_ms is None and args.itl_ms is None:
+    if slo.ttft_ms is None and slo.itl_ms is None and not slo.percentiles:
         print(
             f"one replica: saturates at {saturation:.4g} req/s; no --ttft-ms or --itl-ms given, "
             f"so sized to saturation capacity: {capacity.rate_rps:.4g} req/s "
@@ -137,31 +179,55 @@ def run_plan(args: argparse.Namespace) -> int:
     else:
         print(
             f"one replica: saturates at {saturation:.4g} req/s; SLO capacity "
-            f"{capacity.rate_rps:.4g} req/s ({capacity.binding}: {capacity.message})"
+            f"{capacity.rate_rps:.4g} req/s ({capacity.binding_name}: {capacity.message})"
         )
     rates = np.linspace(0.0, capacity.max_rate_rps, 11)[1:]
     curve = analyze(params, server, workload, rates)
-    print("\nper replica: rate req/s | TTFT ms | ITL ms | batch | wait ms")
+    names = "".join(f" | {t.name} ms" for t in slo.percentiles)
+    print(f"\nper replica: rate req/s | TTFT ms | ITL ms | batch | wait ms{names}")
     for k, rate in enumerate(rates):
+        tails = _percentile_cells(slo, params, server, workload, float(rate))
         print(
             f"  {rate:10.4g} | {curve.ttft_ms[k]:9.2f} | {curve.itl_ms[k]:7.2f} | "
-            f"{curve.avg_batch_size[k]:6.1f} | {curve.avg_wait_ms[k]:8.2f}"
+            f"{curve.avg_batch_size[k]:6.1f} | {curve.avg_wait_ms[k]:8.2f}{tails}"
         )
     if capacity.feasible:
         low, high = args.load or (0.5 * capacity.rate_rps, 4.0 * capacity.rate_rps)
         loads = np.linspace(low, high, 8)
-        print("\ntotal load req/s | replicas | per-replica TTFT ms | ITL ms")
+        print(f"\ntotal load req/s | replicas | per-replica TTFT ms | ITL ms{names}")
         for load in loads:
-            plan = replicas_for_slo(
-                float(load), params, server, workload, args.ttft_ms, args.itl_ms
-            )
+            plan = _replicas(params, server, workload, capacity, float(load))
+            assert plan.replicas is not None and plan.per_replica_rate_rps is not None
+            tails = _percentile_cells(slo, params, server, workload, plan.per_replica_rate_rps)
             print(
-                f"  {load:14.4g} | {plan.replicas:8d} | {plan.ttft_ms:19.2f} | {plan.itl_ms:6.2f}"
+                f"  {load:14.4g} | {plan.replicas:8d} | {plan.ttft_ms:19.2f} | "
+                f"{plan.itl_ms:6.2f}{tails}"
             )
     if args.png:
-        _plot_plan(args.png, params, server, workload, capacity.max_rate_rps, args)
+        _plot_plan(args.png, params, server, workload, capacity, slo)
         print(f"\nwrote {args.png}")
     return 0
+
+
+def _replicas(
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    capacity: SloCapacity,
+    total_rps: float,
+) -> ReplicaPlan:
+    """Replicas for a total load given one replica's SLO capacity (found once, not per load)."""
+    table = workload_table(params, server, workload, options=DEFAULT_MODEL)
+    return plan_replicas(table, capacity, total_rps, 1, None)
+
+
+def _percentile_cells(
+    slo: SloConfig, params: ServiceParams, server: ServerConfig, workload: Workload, rate: float
+) -> str:
+    found: tuple[PredictedPercentile, ...] = predicted_percentiles(
+        slo.percentiles, params, server, workload, rate, DEFAULT_MODEL
+    )
+    return "".join(f" | {p.value_ms:{len(p.target.name) + 3}.2f}" for p in found)
 
 
 def _plot_plan(
@@ -169,8 +235,8 @@ def _plot_plan(
     params: ServiceParams,
     server: ServerConfig,
     workload: Workload,
-    top_rps: float,
-    args: argparse.Namespace,
+    capacity: SloCapacity,
+    slo: SloConfig,
 ) -> None:
     import matplotlib
 
@@ -179,13 +245,26 @@ def _plot_plan(
 
     from exporter.commands.plot_axes import integer_ticks, plain_log_ticks
 
+    top_rps = capacity.max_rate_rps
     rates = np.linspace(0.0, top_rps, 400)
     curve = analyze(params, server, workload, rates)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for values, name, target in (
-        (curve.ttft_ms, "TTFT", args.ttft_ms),
-        (curve.itl_ms, "ITL", args.itl_ms),
-    ):
+    curves = [("TTFT", curve.ttft_ms, slo.ttft_ms), ("ITL", curve.itl_ms, slo.itl_ms)]
+    if slo.percentiles:
+        found = latency_quantiles(
+            params, server, workload, rates, sorted({t.quantile for t in slo.percentiles})
+        )
+        columns = {
+            LatencyMetric.TTFT: found.ttft_ms,
+            LatencyMetric.ITL_PER_TOKEN: found.itl_per_token_ms,
+            LatencyMetric.ITL_PER_REQUEST: found.itl_per_request_ms,
+        }
+        quantiles = list(found.quantiles)
+        curves += [
+            (t.name, columns[t.metric][:, quantiles.index(t.quantile)], t.target_ms)
+            for t in slo.percentiles
+        ]
+    for name, values, target in curves:
         (line,) = left.plot(rates, values, label=name)
         if target:
             left.axhline(
@@ -200,11 +279,7 @@ def _plot_plan(
     plain_log_ticks(left)
     left.legend()
     loads = np.linspace(0.0, 6.0 * top_rps, 200)
-    counts = [
-        replicas_for_slo(float(x), params, server, workload, args.ttft_ms, args.itl_ms).replicas
-        or 0
-        for x in loads
-    ]
+    counts = [_replicas(params, server, workload, capacity, float(x)).replicas or 0 for x in loads]
     right.step(loads, counts, where="post")
     right.set(xlabel="total load (req/s)", ylabel="replicas", title="replicas for the targets")
     integer_ticks(right)

@@ -27,6 +27,7 @@ from model.queueing.percentiles import (
     FirstToken,
     LatencyMetric,
     metric_values,
+    sorted_latencies,
 )
 from model.queueing.validation import require_positive
 
@@ -124,6 +125,28 @@ def attainment_at(
     """Each target's attainment at one rate (req/s)."""
     probe = _Probe(params, server, workload, table, tuple(targets), first_token)
     return tuple(float(a) for a in probe.attainment(np.array([rate_rps]))[0])
+
+
+def target_percentiles(
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    table: StateTable,
+    targets: Sequence[PercentileTarget],
+    first_token: FirstToken,
+    rate_rps: float,
+) -> tuple[tuple[float, float], ...]:
+    """Each target's percentile (ms; +inf where the rate is unstable) and attainment at one
+    rate (req/s), from one evaluation of the sample points."""
+    s = setting(params, server, workload, table, np.array([rate_rps]))
+    found = sorted_latencies(s, tuple(dict.fromkeys(t.metric for t in targets)), first_token)
+    return tuple(
+        (
+            float(found.quantile(t.metric, np.array([t.quantile]))[0, 0]),
+            float(found.attainment(t.metric, t.target_ms)[0]),
+        )
+        for t in targets
+    )
 
 
 def percentile_crossing(

@@ -62,6 +62,7 @@ class SizerValues:
             "slo_headroom_ratio": 0.65,  # 2.4 x 3 / 11: the SLOs need more replicas
             "source_up": 1.0,
             "pods_observed": 3.0,
+            "observed_slo_window_requests": 1500.0,
             "prefix_cache_hit_ratio": 0.42,
             "arrival_cv": 1.3,
             "kv_batch_limit": 180.0,
@@ -74,6 +75,18 @@ class SizerValues:
             "recommendation_reason": "scale_up",
             "tuner_state": "fitted",
             "tuner_reason": "accepted",
+            "binding_target": "ttft_percentile",
+        }
+    )
+    # Percentile gauges and predicted attainment: their labels and value.
+    percentiles: dict[str, tuple[dict[str, str], float]] = field(
+        default_factory=lambda: {
+            "predicted_ttft_quantile_seconds": ({"percentile": "95"}, 0.42),
+            "predicted_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.061),
+            "slo_ttft_quantile_seconds": ({"percentile": "95"}, 0.5),
+            "slo_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.08),
+            "predicted_slo_attainment_ratio": ({"target": "ttft_p95"}, 0.97),
+            "observed_slo_attainment_ratio": ({"target": "ttft_p95", "bound": "exact"}, 0.96),
         }
     )
     # The scale_from_zero demand, by kind (a deployment with scale_from_zero has one).
@@ -123,6 +136,10 @@ class StubCollector:
             for member in spec.values:
                 enum.add_metric([*key, member.value], float(member is current))
             yield enum
+        for name, (extra, value) in v.percentiles.items():
+            family = GaugeMetricFamily(PREFIX + name, name, labels=[*labels, *extra])
+            family.add_metric([*key, *extra.values()], value)
+            yield family
         fit = GaugeMetricFamily(PREFIX + "fit_error_ratio", "fit error", labels=[*labels, "signal"])
         for signal, error in v.fit_error.items():
             fit.add_metric([*key, signal], error)

@@ -163,13 +163,20 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     enums = {collector.PREFIX + spec.name for spec in collector.ENUM_GAUGES}
     families = list(collector.SnapshotCollector().describe())
     names = {m.name for m in families}
+    percentiles = {collector.PREFIX + name for name in collector.PERCENTILE_GAUGES}
     labelled = {
-        collector.PREFIX + "fit_error_ratio",
-        collector.PREFIX + "demand",
-        collector.PREFIX + "request_length_cv",
-        collector.PREFIX + "parameter_source",
+        collector.PREFIX + name
+        for name in (
+            "fit_error_ratio",
+            "demand",
+            "request_length_cv",
+            "parameter_source",
+            "predicted_slo_attainment_ratio",
+            "observed_slo_attainment_ratio",
+            "observed_slo_window_requests",
+        )
     }
-    assert gauges | enums | labelled == names
+    assert gauges | enums | percentiles | labelled == names
     assert {m.type for m in families} == {"gauge"}
     assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"
 

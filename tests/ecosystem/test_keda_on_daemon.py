@@ -55,7 +55,13 @@ def daemon_config(urls: list[str], port: int, state: Path) -> dict[str, Any]:
                 "name": DEPLOYMENT,
                 "model_name": MODEL,
                 "source": {"scrape_urls": urls},
-                "slo": {"ttft_ms": 40, "itl_ms": 25},
+                # Percentile targets loose enough never to bind, so that their series exist.
+                "slo": {
+                    "ttft_ms": 40,
+                    "itl_ms": 25,
+                    "ttft": {"p95_ms": 5000},
+                    "itl": {"p99_ms": 500},
+                },
                 "replicas": {"min": 1, "max": 8},
                 "scale_down_stabilization_s": 0,
                 "initial_params": LLAMA.to_dict(),

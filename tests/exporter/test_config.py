@@ -65,7 +65,7 @@ BAD_DEPLOYMENT = [
     ({"name": "Llama_3"}, r"deployments\[0\].name: a Kubernetes name.*got 'Llama_3'"),
     ({"model_name": None}, r"deployments\[0\].model_name: is required"),
     ({"slo": {"ttft_ms": -5}}, r"\[0\].slo.ttft_ms: must be a number > 0 \(ms\), got -5"),
-    ({"slo": {"itl": 50}}, r"deployments\[0\].slo.itl: unknown key \(allowed: itl_ms, ttft_ms\)"),
+    ({"slo": {"itl_p99": 50}}, r"slo.itl_p99: unknown key \(allowed: itl, itl_ms, ttft, ttft_ms\)"),
     ({"replicas": {"min": 4, "max": 2}}, r"deployments\[0\].replicas.max: must be >= replicas.min"),
     ({"replicas": {"min": -1}}, r"deployments\[0\].replicas.min: must be an integer >= 0, got -1"),
     (

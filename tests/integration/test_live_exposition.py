@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.emulation.emulator import EmulatedFleet
@@ -50,13 +51,22 @@ def test_promtool_reads_a_bad_exposition_as_bad() -> None:
     assert result.returncode != 0 or result.stdout.strip() or result.stderr.strip()
 
 
+def with_percentile_targets(config: Path) -> None:
+    """Percentile targets beside the mean ones, so that their series are checked too."""
+    doc = yaml.safe_load(config.read_text())
+    doc["deployments"][0]["slo"].update(ttft={"p95_ms": 400}, itl={"p99_ms": 60})
+    config.write_text(yaml.safe_dump(doc))
+
+
 def test_the_daemons_exposition_is_clean(fleet: EmulatedFleet, tmp_path: Path) -> None:  # noqa: F811
     port, log = free_port(), tmp_path / "daemon.log"
     config = tmp_path / "config.yaml"
     write_config(config, fleet.urls, port, tmp_path / "state.json", seeded=True)
+    with_percentile_targets(config)
     daemon = start_daemon(config, log)
     try:
-        wait_for(port, lambda v: "vllm_sizer_desired_replicas" in v, 60)
+        # Sized once: the percentile series are there too.
+        wait_for(port, lambda v: "vllm_sizer_predicted_ttft_quantile_seconds" in v, 60)
         text = exposition(port)
     finally:
         daemon.terminate()
@@ -66,6 +76,13 @@ def test_the_daemons_exposition_is_clean(fleet: EmulatedFleet, tmp_path: Path) -
         result.stdout + result.stderr
     )
     assert "_created" not in text
+    labels = {
+        s.name: s.labels for f in text_string_to_metric_families(text) for s in f.samples
+    }
+    assert labels["vllm_sizer_predicted_ttft_quantile_seconds"]["percentile"] == "95"
+    itl = labels["vllm_sizer_predicted_itl_quantile_seconds"]
+    assert (itl["percentile"], itl["kind"]) == ("99", "per_token")
+    assert "vllm_sizer_binding_target" in labels
     zero = {
         s.labels["reason"]
         for f in text_string_to_metric_families(text)

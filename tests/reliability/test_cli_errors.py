@@ -46,6 +46,8 @@ CASES: list[tuple[str, str, list[str]]] = [
         ("--output-tokens", ["0", "nan", "1e308"]),
         ("--ttft-ms", ["0", "-1", "nan", "inf", "1e308"]),
         ("--itl-ms", ["0", "nan", "1e308"]),
+        ("--slo", ["ttft.p101_ms=5", "ttft.p95_ms=0", "ttft.p95_ms=nan", "itl.kind=x", "ttft",
+                   "p95_ms=3", "ttft.mean_ms=5 --ttft-ms 6", "ttft.p95=1"]),
         ("--max-num-seqs", ["0", "-1", "16385", "1e3"]),
         ("--preset", ["gpt"]),
         ("--max-num-batched-tokens", ["0", "16777217"]),
