@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.queueing.chain import ChainSolution, StateTable
+from model.queueing.prefill_queue import prefill_work_queue, prompt_service_ms
 
 FloatArray = NDArray[np.float64]
 
@@ -66,6 +67,37 @@ class RefinedLatencies:
     itl_ms: FloatArray
     prefill_ms: FloatArray
     chunks: NDArray[np.int64]
+
+
+def burst_waits(
+    table: StateTable,
+    rate_per_ms: FloatArray,
+    wait_ms: FloatArray,
+    w_pref: FloatArray,
+    decode_iter: FloatArray,
+    seen: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """The slot wait and the extra prefill-work wait (ms) under arrivals burstier than Poisson.
+
+    The chain's slot wait W is that of exponential service times, so the GI/G/B (Allen-Cunneen)
+    wait is W (ca2 + 1) / 2. The residual and collision terms are the prefill-work queue for
+    Poisson arrivals; bursts add Kingman's excess over Poisson, rho / (1 - rho) (ca2 - 1) / 2 E[S],
+    of the queue of prompt work S (percentiles §3, prefill_queue.py): +inf once rho >= 1.
+    Only ca2 > 1 changes anything: smoother arrivals have their own view (seen_at_constant_rate).
+    """
+    opts = table.options
+    ca2 = opts.arrival_cv**2
+    if ca2 <= 1.0:
+        return wait_ms, np.zeros_like(wait_ms)
+    per_row = table.rows > 1
+    n_c = table.prefill_tokens[:, 0] if per_row else table.prefill_tokens[0, 0]
+    service = prompt_service_ms(w_pref, n_c, decode_iter, seen, table.budget_tokens)
+    cs2 = np.full_like(service, opts.input_length_cv**2)
+    bursty = prefill_work_queue(rate_per_ms, service, cs2, ca2)
+    poisson = prefill_work_queue(rate_per_ms, service, cs2, 1.0)
+    stable = bursty.stable
+    excess = np.where(stable, bursty.mean_ms - np.where(stable, poisson.mean_ms, 0.0), np.inf)
+    return wait_ms * (ca2 + 1.0) / 2.0, excess
 
 
 def refined_latencies(
@@ -128,7 +160,8 @@ def refined_latencies(
     # The arrival-seen prefill can exceed the time-average service time when outputs are a
     # token or two long; no decode step is shorter than one iteration of the request alone.
     itl = np.maximum((service_ms - prefill) / m, alpha + d)
-    ttft = wait_ms + residual + collision + prefill + (decode_iter + d)
+    wait_ms, burst = burst_waits(table, rate_per_ms, wait_ms, w_pref, decode_iter, seen)
+    ttft = wait_ms + residual + collision + burst + prefill + (decode_iter + d)
 
     if synchronous.any():
         # Closed run at concurrency one: the engine is idle at every arrival.
