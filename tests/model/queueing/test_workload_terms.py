@@ -11,6 +11,7 @@ import pytest
 from model.queueing.analyzer import analyze
 from model.queueing.chain import workload_table
 from model.queueing.params import ServerConfig, ServiceParams, Workload
+from model.queueing.prefill_queue import bursty_delay_prob, prefill_work_queue
 from model.queueing.sizing import max_rate_for_slo
 from model.queueing.variant import DEFAULT_MODEL, PAPER_MODEL, ModelOptions
 from model.simulation.simulator import Simulator
@@ -97,8 +98,30 @@ def test_bursts_raise_the_wait_and_keep_light_load() -> None:
     workload = SHAPES[0]
     rates = np.array([1e-6, 0.5, 0.7]) * saturation(workload)
     poisson, bursty = ttft(workload, rates), ttft(workload, rates, arrival_cv=2.0)
-    assert bursty[0] == pytest.approx(poisson[0], rel=1e-3)  # no queue at rate ~0
+    # Gamma clumps queue even at a light mean rate (P(wait) ~ rho^(1/ca2)), but little.
+    assert poisson[0] < bursty[0] < 1.02 * poisson[0]
     assert np.all(bursty[1:] > 1.1 * poisson[1:])
+
+
+@pytest.mark.parametrize("rho", [1e-4, 0.05, 0.3, 0.7, 0.95])
+@pytest.mark.parametrize("ca2", [1.0, 4.0, 16.0])
+def test_bursty_delay_probability_is_the_gi_m_1_root(rho: float, ca2: float) -> None:
+    sigma = float(bursty_delay_prob(np.array([rho]), ca2)[0])
+    k = 1.0 / ca2
+    assert sigma == pytest.approx((1.0 + (1.0 - sigma) / (k * rho)) ** -k, abs=1e-9)
+    assert rho - 1e-9 <= sigma < 1.0  # clumps wait at least as often as Poisson arrivals
+
+
+def test_bursty_prefill_queue_is_continuous_at_poisson_and_exact_for_exponential_work() -> None:
+    rate, service = np.array([0.01, 0.02]), np.array([20.0, 30.0])
+    poisson = prefill_work_queue(rate, service, np.ones(2), 1.0)
+    barely = prefill_work_queue(rate, service, np.ones(2), 1.0 + 1e-9)
+    np.testing.assert_allclose(barely.mean_ms, poisson.mean_ms, rtol=1e-6)
+    # Exponential prompt work under gamma arrivals: the GI/M/1 mean wait sigma / (1 - sigma) E[S].
+    bursty = prefill_work_queue(rate, service, np.ones(2), 4.0)
+    sigma = bursty_delay_prob(rate * service, 4.0)
+    np.testing.assert_allclose(bursty.mean_ms, sigma / (1.0 - sigma) * service)
+    assert np.all(bursty.mean_ms > 2.0 * poisson.mean_ms)
 
 
 @pytest.mark.parametrize("workload", SHAPES)
