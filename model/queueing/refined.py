@@ -1,20 +1,24 @@
 """Refined ("B5") latency assembly at the level of single engine iterations. Refinements §6.
 
 Same alpha, beta, gamma, chunk table and birth-death chain as the paper (spec §2-5), so X-bar,
-S-bar, W and the saturation rate keep their meaning. Three things change:
+S-bar, W and the saturation rate keep their meaning. Four things change:
 
 * Work terms (model/queueing/work.py, used by the chain): prefill attention over n^2/2 causal pairs,
-  beta kappa E[n^2] / 2 with kappa from the architecture, and the second moments
-  E[n^2] = n^2 (1 + cv_n^2), E[m^2] = m^2 (1 + cv_m^2) of the request lengths.
+  beta kappa E[n^2] / 2 with kappa from the architecture, the second moments
+  E[n^2] = n^2 (1 + cv_n^2), E[m^2] = m^2 (1 + cv_m^2) of the request lengths, and prefix-cache
+  hits (only uncached prompt tokens computed; chain.py).
 * What an arrival sees: Poisson arrivals see the time average (PASTA: X_o = X-bar, busy with
   probability 1 - p0); constant-rate arrivals spaced 1/lambda apart see the earlier arrivals
   whose time in service S_r ~ U[S/2, 3S/2] has not yet run out. The two views are mixed
   linearly in the squared arrival CV (capped at the Poisson view).
-* TTFT = W + R + C + T_p + (L_d + d), with d = W_dec / m: the focal prefill iteration holds the
-  others' decodes (L_d = alpha + X_o d), not a share of their prefills, so
-  T_p = c_f L_d + W_pref(c_f) with c_f = c(round(X_o + 1)); R waits for the iteration in
-  progress (Allen-Cunneen scaled); C covers arrivals joining the same prefill step; the first
-  token is one decode iteration. ITL = (S-bar - T_p) / m as in the paper (total service
+* Bursts (arrival CV > 1, `burst_waits`): the slot wait W is scaled by (ca2 + 1) / 2 and the
+  prefill-work queue (prefill_queue.py, shared with the percentile model) adds its wait beyond
+  the Poisson one, E[W](ca2) - E[W](1); at or below Poisson neither changes anything.
+* TTFT = W + R + C + B + T_p + (L_d + d), with B the burst term and d = W_dec / m: the focal
+  prefill iteration holds the others' decodes (L_d = alpha + X_o d), not a share of their
+  prefills, so T_p = c_f L_d + W_pref(c_f) with c_f = c(round(X_o + 1)); R waits for the
+  iteration in progress (Allen-Cunneen scaled); C covers arrivals joining the same prefill step;
+  the first token is one decode iteration. ITL = (S-bar - T_p) / m as in the paper (total service
   conserved), floored at alpha + d.
 
 A synchronous benchmark run (concurrency one, closed) has no chain: T_p = c(1) alpha +
