@@ -10,8 +10,7 @@ deltas: over the window (start, end],
 - pods: ready (serving) at the window's end; observed = ready at both ends (a collector has two
   samples of them); new and gone pods are flagged;
 - running and waiting per pod: means over gauge samples taken through the window (ready pods);
-  the backlog test per observed pod is the collector's own (`QUEUE_GROWTH_FACTOR`,
-  `MIN_BACKLOG_GROWTH`);
+  the backlog test per observed pod is the collector's own (`backlog_growing`);
 - KV usage: KV tokens held over the capacity, at the window's end (vLLM's gauge), mean and max
   over ready pods; waiting requests at the end, summed (what the throughput analyzer reads).
 """
@@ -28,7 +27,8 @@ from exporter.reading.observations import (
     DeploymentObservation,
     ObservationStatus,
 )
-from exporter.reading.pod_observation import MIN_BACKLOG_GROWTH, QUEUE_GROWTH_FACTOR, Problem
+from exporter.reading.pod_observation import Problem
+from exporter.reading.saturation import backlog_growing
 from model.baselines.throughput_analyzer import FleetState
 from model.simulation.replica import ReplicaState
 from model.simulation.simulator import ReplicaStatus, SimResult
@@ -106,8 +106,7 @@ def observe_window(
         )
         backlog_total += backlog
         pod_arrivals = np.count_nonzero(arrived & (result.replica == pod))
-        pod_completed = np.count_nonzero(done & (result.replica == pod))
-        if backlog >= MIN_BACKLOG_GROWTH and pod_arrivals > QUEUE_GROWTH_FACTOR * pod_completed:
+        if backlog_growing(backlog, float(pod_arrivals)):
             growing = True
 
     gauges = [(s.running, s.waiting) for sample in samples for s in _ready(sample).values()]

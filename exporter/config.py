@@ -16,6 +16,12 @@ DEFAULT_SCRAPE_TIMEOUT_S = 5.0
 DEFAULT_PROMETHEUS_TIMEOUT_S = 10.0
 DEFAULT_MIN_OBSERVATIONS = 5
 DEFAULT_WINDOW = 10
+# Cap on the body of one HTTP answer (a pod's /metrics, a Prometheus API answer): a larger one is
+# a failed read (`body_too_large`) and is never held whole in memory. vLLM's /metrics is tens of
+# kB; a 400 MB body once took the daemon to 2.8 GB.
+MIB = 1 << 20
+DEFAULT_MAX_RESPONSE_MIB = 32
+DEFAULT_MAX_RESPONSE_BYTES = DEFAULT_MAX_RESPONSE_MIB * MIB
 
 # Upper bounds of the sizes that set the daemon's memory and time per cycle (config_loader
 # refuses anything beyond them, naming the key and the bound).
@@ -27,6 +33,10 @@ MAX_NUM_BATCHED_TOKENS = 16_777_216  # 2**24 tokens: above any context length se
 MAX_QUEUE_SIZE = 100_000
 MAX_TUNER_WINDOW = 1_000  # also bounds tuner.min_observations
 MAX_REPLICAS = 10_000
+MAX_RESPONSE_MIB = 1024  # the cap itself is held in memory while it is read
+# A read's deadline (scrape_timeout_s, prometheus.timeout_s): beyond this no wait is meaningful,
+# and a far larger one overflows the platform's timers, failing every read.
+MAX_TIMEOUT_S = 3600.0
 # The HPA's own limit for a stabilization window; the history holds one entry per cycle of it.
 MAX_STABILIZATION_S = 3600.0
 MAX_IDLE_S = 86_400.0  # scale_from_zero.idle_s: a day without demand
@@ -138,4 +148,5 @@ class Config:
     state_file: Path | None = None
     log_level: str = "info"
     prometheus: PrometheusConfig | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     deployments: tuple[DeploymentConfig, ...] = ()

@@ -10,6 +10,7 @@ from exporter.config import (
     DEFAULT_CYCLE_PERIOD_S,
     DEFAULT_LISTEN_HOST,
     DEFAULT_LISTEN_PORT,
+    DEFAULT_MAX_RESPONSE_MIB,
     DEFAULT_MIN_OBSERVATIONS,
     DEFAULT_PROMETHEUS_TIMEOUT_S,
     DEFAULT_SCRAPE_TIMEOUT_S,
@@ -21,8 +22,11 @@ from exporter.config import (
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
     MAX_QUEUE_SIZE,
+    MAX_RESPONSE_MIB,
     MAX_STABILIZATION_S,
+    MAX_TIMEOUT_S,
     MAX_TUNER_WINDOW,
+    MIB,
     MIN_CYCLE_PERIOD_S,
     Config,
     DeploymentConfig,
@@ -67,6 +71,7 @@ def parse_config(data: Any) -> Config:
             "state_file",
             "log_level",
             "prometheus",
+            "max_response_mib",
             "deployments",
         },
     )
@@ -92,6 +97,14 @@ def parse_config(data: Any) -> Config:
     log_level = r.get(
         top, "log_level", "", choice(LOG_LEVELS), f"must be one of {', '.join(LOG_LEVELS)}", "info"
     )
+    max_response_mib = r.get(
+        top,
+        "max_response_mib",
+        "",
+        integer(1, MAX_RESPONSE_MIB),
+        f"must be an integer >= 1 and <= {MAX_RESPONSE_MIB} (MiB)",
+        DEFAULT_MAX_RESPONSE_MIB,
+    )
     prometheus = _prometheus(r, top.get("prometheus"))
     deployments = _deployments(r, top.get("deployments"), prometheus)
     if r.problems:
@@ -103,6 +116,7 @@ def parse_config(data: Any) -> Config:
         state_file=state_file,
         log_level=log_level,
         prometheus=prometheus,
+        max_response_bytes=max_response_mib * MIB,
         deployments=tuple(deployments),
     )
 
@@ -140,8 +154,8 @@ def _prometheus(r: KeyReader, node: Any) -> PrometheusConfig | None:
         m,
         "timeout_s",
         path,
-        number(0.0),
-        "must be a number > 0 (seconds)",
+        number(0.0, MAX_TIMEOUT_S),
+        f"must be a number > 0 and <= {MAX_TIMEOUT_S:g} (seconds)",
         DEFAULT_PROMETHEUS_TIMEOUT_S,
     )
     return PrometheusConfig(url or "http://invalid", token, ca, timeout)
@@ -260,8 +274,8 @@ def _source(
         m,
         "scrape_timeout_s",
         path,
-        number(0.0),
-        "must be a number > 0 (seconds)",
+        number(0.0, MAX_TIMEOUT_S),
+        f"must be a number > 0 and <= {MAX_TIMEOUT_S:g} (seconds)",
         DEFAULT_SCRAPE_TIMEOUT_S,
     )
     if "scrape_urls" in m:

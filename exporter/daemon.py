@@ -27,7 +27,8 @@ from exporter.deployment_state import (
 from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
 from exporter.forecast import forecast
-from exporter.operation_metrics import CycleOutcome, OperationMetrics
+from exporter.log_lines import FailureStreaks, log_unexpected
+from exporter.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.reading.demand import DemandRead, DemandSource, DemandWatch, read_demand
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.reading.pod_observation import Problem
@@ -41,7 +42,7 @@ from exporter.recommender import (
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
-from model import Workload
+from model import TunerReason, Workload
 from model.calibration.observation import Observation
 
 logger = logging.getLogger(__name__)
@@ -50,9 +51,10 @@ logger = logging.getLogger(__name__)
 # fed to the tuner: the model describes steady state, and latencies lag a load step.
 MAX_RATE_CHANGE = 0.25
 
-# Reads of all deployments run in parallel on this many threads; a cycle waits for them at most
-# this share of its period (each fetch has its own, shorter deadline besides).
-READ_WORKERS = 16
+# Reads of all deployments run in parallel, one reader thread per deployment at most (started
+# only while every other one is busy), so no number of hanging sources can hold up another
+# deployment's read; a cycle waits for them at most this share of its period (each fetch has
+# its own deadline besides).
 READ_DEADLINE = 0.8
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
@@ -90,8 +92,9 @@ class Daemon:
         self.collector = SnapshotCollector()
         registry.register(self.collector)
         self.metrics = OperationMetrics(registry, config.deployments)
+        self._failures = FailureStreaks(logger)
         self._readers = ThreadPoolExecutor(
-            max_workers=min(READ_WORKERS, max(1, len(config.deployments))),
+            max_workers=max(1, len(config.deployments)),
             thread_name_prefix="vllm-sizer-read",
         )
         self._last_success_mono: float | None = None
@@ -122,21 +125,24 @@ class Daemon:
         for runtime in self.runtimes.values():
             try:
                 observed_any |= self._cycle_deployment(runtime, now_s, reads[runtime.config.name])
-            except Exception:  # the per-deployment guard, the only catch-all: never stop the cycle
-                logger.exception("%s: cycle failed", runtime.config.name)
+            except Exception as exc:  # the per-deployment guard, the only catch-all
+                log_unexpected(logger, f"{runtime.config.name}: cycle failed", exc)
                 dep = runtime.config
                 self.metrics.scrape_errors.labels(
                     dep.name, dep.source.kind, FailureReason.INTERNAL
                 ).inc()
                 runtime.observation = None
-            statuses.append(self._status(runtime))
+            if runtime.recommender.last is not None:  # a first cycle that failed has none to show
+                statuses.append(self._status(runtime))
         snapshot = CycleSnapshot(tuple(statuses))
         self.collector.publish(snapshot)
         self._save()
+        outcome = cycle_outcome(
+            observed_any, [runtime.observation for runtime in self.runtimes.values()]
+        )
         if observed_any:
             self.metrics.last_success.set(self._wall_clock.time())
             self._last_success_mono = self._clock.monotonic()
-        outcome = CycleOutcome.OK if observed_any else CycleOutcome.FAILED
         self.metrics.observe_cycle(self._wall_clock.monotonic() - start, outcome)
         return snapshot
 
@@ -161,6 +167,8 @@ class Daemon:
     def _cycle_deployment(
         self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]
     ) -> bool:
+        """Observe, tune and decide for one deployment; `runtime.observation` is this cycle's
+        (None when its source failed). True when the deployment was observed."""
         dep = runtime.config
         reads = future.result() if future.done() else None
         demand = self._demand(runtime, reads)
@@ -171,7 +179,7 @@ class Daemon:
                 raise reads.now
             history, read = reads.history, reads.now
         except SourceError as exc:
-            logger.warning("%s: source failed (%s): %s", dep.name, exc.reason, exc)
+            self._failures.failed(dep.name, exc.reason, str(exc))
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
             runtime.observation = None
             decision = runtime.recommender.decide(
@@ -179,6 +187,7 @@ class Daemon:
             )
             self._log(runtime, decision)
             return False
+        self._failures.succeeded(dep.name)
         if history is not None and not runtime.tracker.primed:
             runtime.tracker.observe(history)  # the first cycle already closes a whole window
         for failure in read.failures:
@@ -266,7 +275,7 @@ class Daemon:
     def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
         dep, obs = runtime.config, runtime.observation
         decision = runtime.recommender.last
-        assert decision is not None
+        assert decision is not None  # run_cycle publishes only deployments with a decision
         fit = runtime.tuner.last_fit
         return DeploymentStatus(
             deployment=dep.name,
@@ -296,8 +305,8 @@ class Daemon:
             "params_ms=%s tuner=%s",
             runtime.config.name,
             _fmt(d.arrival_rate_rps),
-            d.current_replicas,
-            d.desired_replicas,
+            "-" if d.current_replicas is None else d.current_replicas,
+            "-" if d.desired_replicas is None else d.desired_replicas,
             d.reason.value,
             _fmt(None if obs is None else obs.ttft_ms),
             _fmt(d.predicted_ttft_ms),
@@ -306,7 +315,7 @@ class Daemon:
             "-"
             if params is None
             else f"{params.alpha_ms:.4g},{params.beta_ms:.4g},{params.gamma_ms:.4g}",
-            runtime.tuner.state.value,
+            _tuner_text(runtime),
         )
 
     # -- health and what-if ----------------------------------------------------------------
@@ -369,6 +378,12 @@ def _fmt(value: float | None) -> str:
     return "inf" if math.isinf(value) else f"{value:.4g}"
 
 
+def _tuner_text(runtime: DeploymentRuntime) -> str:
+    """The tuner's state, with its reason unless the fit was simply accepted."""
+    state, reason = runtime.tuner.state, runtime.tuner.reason
+    return state.value if reason is TunerReason.ACCEPTED else f"{state.value}({reason.value})"
+
+
 @dataclass(frozen=True, slots=True)
 class Reads:
     """One deployment's reads of one cycle; a failed read is its error."""
@@ -392,7 +407,7 @@ def _read_source(runtime: DeploymentRuntime, past_s: float) -> Reads:
         try:
             history = source.read_at(past_s)
         except SourceError as exc:  # the cycle's own read reports and counts the failure
-            logger.info("%s: no history to start from (%s)", runtime.config.name, exc)
+            logger.debug("%s: no history to start from (%s)", runtime.config.name, exc)
     demand = None if runtime.demand is None else read_demand(runtime.demand)
     try:
         return Reads(history, source.read(), demand)

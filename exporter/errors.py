@@ -60,6 +60,10 @@ class ScrapeError(SourceError):
         super().__init__(f"{url}: {message}", reason=reason)
 
 
+# The reader's queries list every vLLM metric name (about 1.7 KB): a log line shows their start.
+QUERY_SHOWN_CHARS = 60
+
+
 class PrometheusQueryError(SourceError):
     """A query against the Prometheus HTTP API failed."""
 
@@ -67,5 +71,6 @@ class PrometheusQueryError(SourceError):
         self, url: str, query: str, message: str, *, reason: FailureReason = FailureReason.QUERY
     ) -> None:
         self.url = url
-        self.query = query
-        super().__init__(f"{url} [{query}]: {message}", reason=reason)
+        self.query = query  # whole, for a debugger; the message shows its start only
+        shown = query if len(query) <= QUERY_SHOWN_CHARS else query[:QUERY_SHOWN_CHARS] + "..."
+        super().__init__(f"{url}: {message} [query {shown}]", reason=reason)

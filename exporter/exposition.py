@@ -59,7 +59,7 @@ class Signal(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CycleSnapshot:
-    """The results of one cycle, one entry per configured deployment."""
+    """The results of one cycle, one entry per configured deployment that has a decision."""
 
     deployments: tuple[DeploymentStatus, ...] = ()
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from exporter.config import DeploymentConfig, SourceKind
 from exporter.errors import FailureReason
 from exporter.exposition import PREFIX
+from exporter.reading.observations import DeploymentObservation, ObservationStatus
 from exporter.reading.pod_observation import Problem
 
 # From a few ms (one emulated deployment) to a minute (a thousand deployments with refits).
@@ -25,7 +26,10 @@ class CycleOutcome(StrEnum):
     """How a cycle ended; exported label values."""
 
     OK = "ok"  # at least one deployment was observed
-    FAILED = "failed"  # no deployment was observed
+    # None observed, but pods were read that have no earlier sample to close a window with:
+    # the first cycle after a start, or the first read after every read had failed.
+    WARMING_UP = "warming_up"
+    FAILED = "failed"  # no deployment was observed, and none is warming up
 
 
 class SkippedEvent(StrEnum):
@@ -98,3 +102,16 @@ class OperationMetrics:
         self.cycle_duration.set(duration_s)
         self.cycle_seconds.observe(duration_s)
         self.cycles.labels(outcome).inc()
+
+
+def cycle_outcome(
+    observed_any: bool, observations: Sequence[DeploymentObservation | None]
+) -> CycleOutcome:
+    """OK when any deployment was observed (at zero: its demand read); WARMING_UP when none was
+    but one only waits for a second read of its pods (a first cycle is not a failure); FAILED
+    otherwise."""
+    if observed_any:
+        return CycleOutcome.OK
+    if any(obs is not None and obs.status is ObservationStatus.WARMING_UP for obs in observations):
+        return CycleOutcome.WARMING_UP
+    return CycleOutcome.FAILED

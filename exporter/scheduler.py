@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 from exporter.clock import Clock
+from exporter.log_lines import log_unexpected
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +96,8 @@ class PeriodicScheduler:
             self._last_start_s = self._clock.monotonic()
             try:
                 self._job()
-            except Exception:  # one failed cycle must not end the schedule
-                logger.exception("cycle raised")
+            except Exception as exc:  # one failed cycle must not end the schedule
+                log_unexpected(logger, "cycle raised", exc)
             scheduled_s, skipped = next_start(scheduled_s, self._clock.monotonic(), self._period_s)
             if skipped:
                 self._on_skipped(skipped)

@@ -19,6 +19,7 @@ def prometheus_client(config: Config) -> PrometheusClient | None:
         timeout_s=config.prometheus.timeout_s,
         bearer_token_file=config.prometheus.bearer_token_file,
         ca_file=config.prometheus.ca_file,
+        max_body_bytes=config.max_response_bytes,
     )
 
 
@@ -43,6 +44,7 @@ def build_sources(config: Config, clock: Clock) -> dict[str, Source]:
                 service_url=src.scrape_service,
                 model_name=dep.model_name,
                 timeout_s=src.scrape_timeout_s,
+                max_body_bytes=config.max_response_bytes,
             )
     return sources
 

@@ -10,7 +10,7 @@ the end it asks Prometheus for the daemon's series and for vLLM's metric names, 
 `live_report` writes `bench/results/real_vllm_live.{md,json,png}`. vLLM, Prometheus and the
 daemon are stopped whatever happens.
 
-Run from the repository root: `python -m bench.real_vllm.live` (about 6.5 minutes).
+Run from the repository root: `python -m bench.real_vllm.live` (about 7 minutes).
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.real_vllm import live_report
+from bench.real_vllm.live_probe import (
+    CYCLE_PERIOD_S,
+    MAIN,
+    PROMETHEUS_SCRAPE_S,
+    SECOND,
+    probe,
+    quiet_wait_s,
+    slo_targets,
+)
 from bench.real_vllm.prepare import prepare
 from bench.real_vllm.server import (
     LOG_DIR,
@@ -45,13 +54,11 @@ from bench.real_vllm.server import (
     stop_on_sigterm,
     vllm_server,
 )
-from bench.real_vllm.sweep import Shape, ShapeProbe, probe_shape
+from bench.real_vllm.sweep import Shape
 from bench.real_vllm.vllm_env import WORK_DIR
-from exporter.clock import SystemClock
 from exporter.config_loader import load_config
 from exporter.emulation.load_run import LoadResult, LoadSpec
 from exporter.emulation.loadgen import run_load
-from exporter.reading.sources import ScrapeSource
 from tests.integration.prometheus_server import PrometheusServer, Target
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -60,14 +67,6 @@ DEPLOYMENT = "tiny-vllm"
 POD = "tiny-vllm-0"
 NAMESPACE = "live"
 SELECTOR = f'{{namespace="{NAMESPACE}", pod=~"{DEPLOYMENT}-.*"}}'
-CYCLE_PERIOD_S = 15.0
-PROMETHEUS_SCRAPE_S = 2.0
-# From the sweep (bench/results/real_vllm.md) at 512 in / 64 out: TTFT 64 ms at 6.0 req/s and
-# 97 ms at 11.8 req/s, ITL 3.9 ms and 16.5 ms; the fitted model saturates at 13.5 req/s. So
-# 80 ms binds near 9 req/s (about 2/3 of saturation) and 12 ms near 10.5 req/s; a single
-# 512-token request alone takes about 45 ms.
-SLO_TTFT_MS = 80.0
-SLO_ITL_MS = 12.0
 MIN_REPLICAS = 1
 MAX_REPLICAS = 8
 SCALE_DOWN_STABILIZATION_S = 30.0
@@ -87,8 +86,6 @@ class Phase:
     cycles: int
 
 
-MAIN = Shape(input_tokens=512, output_tokens=64)
-SECOND = Shape(input_tokens=128, output_tokens=256)
 # Fractions of the burst saturation, which overstates what the engine sustains by about 25 %
 # (sweep.py): 0.55 of it is about 70 % of the sustainable rate.
 PHASES = (
@@ -129,7 +126,8 @@ class CycleRow:
     fit_itl_error: float | None
 
 
-def daemon_config(prometheus_url: str, port: int, options: ServerOptions) -> dict[str, Any]:
+def daemon_config(prometheus_url: str, port: int, options: ServerOptions,
+                  slo: tuple[float, float]) -> dict[str, Any]:
     """The daemon's YAML config: vLLM's series from Prometheus, the engine's own limits."""
     return {
         "cycle_period_s": CYCLE_PERIOD_S,
@@ -144,7 +142,7 @@ def daemon_config(prometheus_url: str, port: int, options: ServerOptions) -> dic
                 "max_num_seqs": options.max_num_seqs,
                 "max_num_batched_tokens": options.max_num_batched_tokens,
             },
-            "slo": {"ttft_ms": SLO_TTFT_MS, "itl_ms": SLO_ITL_MS},
+            "slo": {"ttft_ms": slo[0], "itl_ms": slo[1]},
             "replicas": {"min": MIN_REPLICAS, "max": MAX_REPLICAS},
             "scale_down_stabilization_s": SCALE_DOWN_STABILIZATION_S,
             "tuner": {"min_observations": TUNER_MIN_OBSERVATIONS, "window": TUNER_WINDOW},
@@ -303,19 +301,6 @@ async def drive(server: RunningServer, daemon: subprocess.Popen[bytes], metrics_
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def probe(server: RunningServer, rng: np.random.Generator) -> dict[str, ShapeProbe]:
-    """Single requests and a burst per shape (the sweep's probe): the saturation rates."""
-    source = ScrapeSource(clock=SystemClock(), urls=[server.metrics_url], model_name=server.model)
-    probes: dict[str, ShapeProbe] = {}
-    for shape in (MAIN, SECOND):
-        found = await probe_shape(server, source, shape, rng)
-        probes[f"{shape.input_tokens}/{shape.output_tokens}"] = found
-        print(f"shape {shape.input_tokens}/{shape.output_tokens}: burst saturation "
-              f"{found.saturation_rps:.2f} req/s, single TTFT {found.single_ttft_ms:.1f} ms",
-              flush=True)
-    return probes
-
-
 def _instant(prom_url: str, query: str, time_s: float) -> list[dict[str, Any]]:
     """An instant query's result list."""
     params: dict[str, str | float] = {"query": query, "time": time_s}
@@ -374,12 +359,18 @@ def main(argv: list[str] | None = None) -> int:
         ]
         with prometheus(targets, LIVE_DIR / "prometheus") as prom:
             probes = asyncio.run(probe(server, rng))
+            probe_end_s = time.monotonic()
+            main_shape = f"{MAIN.input_tokens}/{MAIN.output_tokens}"
+            slo = slo_targets(probes[main_shape])
+            print(f"SLO targets from the {main_shape} probe: TTFT {slo[0]:g} ms, ITL {slo[1]:g} ms",
+                  flush=True)
             rates = [PHASES[i].fraction * probes[f"{p.shape.input_tokens}/"
                                                  f"{p.shape.output_tokens}"].saturation_rps
                      for i, p in enumerate(PHASES)]
             config_path = LIVE_DIR / "daemon.yaml"
-            config = daemon_config(prom.base_url, daemon_port, options)
+            config = daemon_config(prom.base_url, daemon_port, options, slo)
             config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+            time.sleep(quiet_wait_s(probe_end_s, time.monotonic()))
             run_start_s = time.time()
             with daemon_process(config_path, LOG_DIR / "live-daemon.log") as daemon:
                 metrics_url = f"http://127.0.0.1:{daemon_port}/metrics"

@@ -10,17 +10,25 @@ summary, and writes a PNG of the run.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import SystemClock
-from exporter.commands.fleet_options import MAX_TIME_SCALE, int_flag, number_flag
+from exporter.commands.demo_report import (
+    HEADER,
+    CycleRow,
+    RunSetting,
+    line,
+    params_text,
+    plot_run,
+    summary,
+    tuner_note,
+)
+from exporter.commands.fleet_options import MAX_DURATION_S, MAX_TIME_SCALE, int_flag, number_flag
 from exporter.commands.version import package_version
 from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon import Daemon
@@ -42,24 +50,6 @@ STARTUP_DELAY_S = 90.0  # simulated seconds until a new replica serves
 PROFILE_MINUTES = sum(minutes for minutes, _, _ in PAPER_PROFILE_SEGMENTS)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CycleRow:
-    """One cycle of the demo, for the table, the summary and the plot; s, req/s, ms."""
-
-    t_s: float
-    true_rate_rps: float
-    arrival_rate_rps: float | None
-    current: int | None
-    desired: int | None
-    reason: str
-    observed_ttft_ms: float | None
-    predicted_ttft_ms: float | None
-    observed_itl_ms: float | None
-    predicted_itl_ms: float | None
-    tuner: str
-    params: ServiceParams | None
-
-
 class FleetSource:
     """Scrapes whichever emulated replicas are serving this cycle."""
 
@@ -76,23 +66,39 @@ class FleetSource:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    demo = sub.add_parser("demo", help="the embedded demo: emulated vLLM fleet + real daemon")
+    """Add the `demo` subcommand."""
+    demo = sub.add_parser(
+        "demo",
+        help="the embedded demo: emulated vLLM fleet + real daemon",
+        description="The `make run` demo: emulated vLLM replicas under the paper's 44-minute "
+        "load profile in compressed time, sized by the real daemon, whose recommendation is "
+        "applied to the fleet after a startup delay. Prints one line per cycle and a summary, "
+        "and writes OUT/demo.png.",
+    )
     demo.add_argument(
         "--time-scale",
         type=number_flag(0.0, MAX_TIME_SCALE, low_inclusive=False),
         default=15.0,
-        help="simulated seconds per wall second (default 15: 44 min in ~3 min)",
+        help="simulated seconds per wall second; 15 runs the 44 minutes in about 3",
     )
     demo.add_argument(
         "--minutes",
         type=number_flag(CYCLE_S / 60.0, PROFILE_MINUTES),  # at least one cycle
         default=PROFILE_MINUTES,
-        help=f"simulated minutes of the paper's profile to run (default all {PROFILE_MINUTES:g})",
+        help="simulated minutes of the paper's profile to run",
     )
-    demo.add_argument("--seed", type=int_flag(0), default=1)
-    demo.add_argument("--out", type=Path, default=Path("run"), help="where the PNG goes")
     demo.add_argument(
-        "--port", type=int_flag(0, 65535), default=0, help="daemon HTTP port (0 = any free)"
+        "--look-ahead-s",
+        type=number_flag(0.0, MAX_DURATION_S),
+        default=STARTUP_DELAY_S,
+        help="size for the rising load trend this many simulated seconds ahead (the config's "
+        "look_ahead_s; one startup delay, so new replicas are ready when the load arrives; 0: "
+        "size for the current load)",
+    )
+    demo.add_argument("--seed", type=int_flag(0), default=1, help="random seed of the workload")
+    demo.add_argument("--out", type=Path, default=Path("run"), help="directory of demo.png")
+    demo.add_argument(
+        "--port", type=int_flag(0, 65535), default=0, help="daemon HTTP port (0: any free port)"
     )
     demo.set_defaults(func=run_demo)
 
@@ -129,6 +135,15 @@ def run_demo(args: argparse.Namespace) -> int:
         min_replicas=1,
         max_replicas=8,
         scale_down_stabilization_s=300.0,
+        look_ahead_s=args.look_ahead_s,
+    )
+    setting = RunSetting(
+        slo_ttft_ms=SLO_TTFT_MS,
+        slo_itl_ms=SLO_ITL_MS,
+        cycle_s=CYCLE_S,
+        startup_delay_s=STARTUP_DELAY_S,
+        look_ahead_s=args.look_ahead_s,
+        true_params=TRUE_PARAMS,
     )
     config = Config(cycle_period_s=CYCLE_S, deployments=(deployment,))
     registry = CollectorRegistry()
@@ -153,15 +168,16 @@ def run_demo(args: argparse.Namespace) -> int:
         print(
             f"vllm-sizer demo: {duration_s / 60:.0f} simulated minutes at {args.time_scale:g}x, "
             f"SLO TTFT {SLO.ttft_ms:g} ms / ITL {SLO.itl_ms:g} ms, true parameters "
-            f"{_params_text(TRUE_PARAMS)}"
+            f"{params_text(TRUE_PARAMS)}; look-ahead {args.look_ahead_s:g} s"
         )
         print(
             f"daemon metrics: http://127.0.0.1:{http.port}/metrics  what-if: "
             f"http://127.0.0.1:{http.port}/api/v1/predict?deployment={NAME}&rate=10\n"
         )
-        print(_HEADER)
+        print(HEADER)
         try:
             next_s = CYCLE_S
+            explained: set[tuple[str, str]] = set()
             while next_s <= duration_s:
                 wait_wall = (next_s - fleet.sim_time_s) / args.time_scale
                 if wait_wall > 0:
@@ -169,14 +185,18 @@ def run_demo(args: argparse.Namespace) -> int:
                 if fleet.error is not None:
                     raise RuntimeError(f"emulator stopped: {fleet.error}")
                 row = _cycle(daemon, fleet, profile)
+                if (row.tuner, row.tuner_reason) not in explained:  # once each: no flapping
+                    explained.add((row.tuner, row.tuner_reason))
+                    print(tuner_note(row))
                 rows.append(row)
-                print(_line(row), flush=True)
+                print(line(row), flush=True)
                 next_s += CYCLE_S
         finally:
             http.stop()
-    print(_summary(rows, fleet))
+    stats = fleet.stats()
+    print(summary(rows, setting, stats.behind_ticks, stats.ticks))
     png = args.out / "demo.png"
-    plot_run(rows, png, profile)
+    plot_run(rows, png, profile, setting)
     print(f"\nwrote {png}")
     return 0
 
@@ -199,119 +219,7 @@ def _cycle(daemon: Daemon, fleet: EmulatedFleet, profile: RateProfile) -> CycleR
         predicted_ttft_ms=decision.predicted_ttft_ms,
         observed_itl_ms=status.observed_itl_ms,
         predicted_itl_ms=decision.predicted_itl_ms,
-        tuner=status.tuner_state,
+        tuner=status.tuner_state.value,
+        tuner_reason=status.tuner_reason.value,
         params=status.params,
     )
-
-
-_HEADER = (
-    f"{'t min':>6} {'load rps':>8} {'est rps':>8} {'rep':>3} {'->':>2} {'want':>4} "
-    f"{'TTFT obs/pred ms':>17} {'ITL obs/pred ms':>16}  {'tuner':8} reason"
-)
-
-
-def _num(value: float | None, width: int, digits: int = 1) -> str:
-    if value is None:
-        return "-".rjust(width)
-    return ("inf" if math.isinf(value) else f"{value:.{digits}f}").rjust(width)
-
-
-def _line(r: CycleRow) -> str:
-    return (
-        f"{r.t_s / 60:6.1f} {r.true_rate_rps:8.2f} {_num(r.arrival_rate_rps, 8, 2)} "
-        f"{_num(r.current, 3, 0)} -> {_num(r.desired, 4, 0)} "
-        f"{_num(r.observed_ttft_ms, 8)}/{_num(r.predicted_ttft_ms, 8)} "
-        f"{_num(r.observed_itl_ms, 7)}/{_num(r.predicted_itl_ms, 8)}  {r.tuner:8} {r.reason}"
-    )
-
-
-def _params_text(p: ServiceParams | None) -> str:
-    if p is None:
-        return "none"
-    return f"alpha {p.alpha_ms:.3g} ms, beta {p.beta_ms:.3g} ms, gamma {p.gamma_ms:.3g} ms"
-
-
-def _summary(rows: list[CycleRow], fleet: EmulatedFleet) -> str:
-    measured = [r for r in rows if r.observed_ttft_ms is not None]
-    ttfts = [r.observed_ttft_ms for r in measured if r.observed_ttft_ms is not None]
-    ttft_over = sum(1 for ttft in ttfts if ttft > SLO_TTFT_MS)
-    itl_over = sum(1 for r in measured if (r.observed_itl_ms or 0.0) > SLO_ITL_MS)
-    counts = [r.current for r in rows if r.current is not None]
-    final = rows[-1].params if rows else None
-    lines = [
-        "\nsummary",
-        f"  cycles: {len(rows)} ({len(measured)} with latency observations)",
-        f"  SLO violations: TTFT > {SLO.ttft_ms:g} ms in {ttft_over} cycles, "
-        f"ITL > {SLO.itl_ms:g} ms in {itl_over} cycles",
-        f"  replicas: mean {np.mean(counts):.2f}, peak {max(counts)}"
-        if counts
-        else "  replicas: -",
-        f"  fitted parameters: {_params_text(final)}",
-        f"  true parameters:   {_params_text(TRUE_PARAMS)}",
-        f"  emulator: {fleet.stats().behind_ticks} late ticks of {fleet.stats().ticks}",
-    ]
-    if final is not None:
-        errors = [
-            abs(f / t - 1.0) for f, t in zip(final.as_tuple(), TRUE_PARAMS.as_tuple(), strict=True)
-        ]
-        lines.append(
-            "  parameter error: "
-            + ", ".join(
-                f"{n} {100 * e:.1f}%"
-                for n, e in zip(("alpha", "beta", "gamma"), errors, strict=True)
-            )
-        )
-    return "\n".join(lines)
-
-
-def plot_run(rows: list[CycleRow], path: Path, profile: RateProfile) -> None:
-    """Load, replicas, TTFT and ITL (observed and predicted, with SLO lines) vs time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = np.array([r.t_s / 60 for r in rows])
-
-    def series(values: list[float | None]) -> np.ndarray:
-        return np.array([np.nan if v is None or math.isinf(v) else v for v in values], float)
-
-    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
-    grid = np.linspace(0.0, t[-1] * 60 if len(t) else 1.0, 400)
-    axes[0].plot(grid / 60, profile.rate_at(grid), color="0.6", label="offered load (true)")
-    axes[0].plot(
-        t, series([r.arrival_rate_rps for r in rows]), "o-", ms=3, label="arrival rate (estimated)"
-    )
-    axes[0].set(ylabel="req/s", title="load")
-    axes[1].step(t, series([r.current for r in rows]), where="post", label="current replicas")
-    axes[1].step(
-        t, series([r.desired for r in rows]), where="post", linestyle="--", label="desired replicas"
-    )
-    axes[1].set(ylabel="replicas", title="replicas")
-    for ax, name, obs, pred, target in (
-        (
-            axes[2],
-            "TTFT",
-            [r.observed_ttft_ms for r in rows],
-            [r.predicted_ttft_ms for r in rows],
-            SLO.ttft_ms,
-        ),
-        (
-            axes[3],
-            "ITL",
-            [r.observed_itl_ms for r in rows],
-            [r.predicted_itl_ms for r in rows],
-            SLO.itl_ms,
-        ),
-    ):
-        ax.plot(t, series(obs), "o-", ms=3, label=f"observed {name}")
-        ax.plot(t, series(pred), "s--", ms=3, label=f"predicted {name}")
-        ax.axhline(target, color="red", linewidth=1, label=f"{name} target")
-        ax.set(ylabel="ms", title=name)
-    axes[3].set(xlabel="time (simulated minutes)")
-    for ax in axes:
-        ax.legend(loc="upper left", fontsize=8)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -15,6 +15,7 @@ from exporter.commands.fleet_options import (
     MAX_RATE_RPS,
     MAX_TIME_SCALE,
     add_fleet_options,
+    add_renamed_flag,
     int_flag,
     number_flag,
     parse_fleet_options,
@@ -24,25 +25,29 @@ from model.simulation.simulator import Router
 from model.simulation.workloads import RateProfile
 
 STATUS_PERIOD_S = 10.0
-MAX_STARTUP_DELAY_S = 3600.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `emulate` subcommand."""
-    emu = subparsers.add_parser("emulate", help="serve emulated vLLM replicas on 127.0.0.1",
-                                description=_run_emulate.__doc__)
+    emu = subparsers.add_parser(
+        "emulate", help="serve emulated vLLM replicas on 127.0.0.1",
+        description="Serve emulated vLLM replicas on 127.0.0.1, each a real-time simulation of "
+                    "vLLM's scheduler behind vLLM's own /metrics (served model name: "
+                    "--model-name), for a daemon or a Prometheus server to read. Prints each "
+                    "replica's /metrics URL, then a status line every 10 s.")
     add_fleet_options(emu)
     emu.add_argument("--rate-rps", type=number_flag(0.0, MAX_RATE_RPS), default=5.0,
-                     help="Poisson arrival rate, req/s")
+                     help="arrival rate of the whole fleet (not per replica), req/s; each "
+                          "request goes to one replica (--router)")
     emu.add_argument("--time-scale", type=number_flag(0.0, MAX_TIME_SCALE, low_inclusive=False),
-                     default=1.0, help="simulated s per wall s")
-    emu.add_argument("--startup-delay-s", type=number_flag(0.0, MAX_STARTUP_DELAY_S),
-                     default=0.0, help="new replica start, s")
+                     default=1.0, help="simulated seconds per wall second")
     emu.add_argument("--base-port", type=int_flag(1, 65535),
-                     help="replica i listens on BASE+i (default: any)")
-    emu.add_argument("--model-name", default="emulated", help="the model_name label")
-    emu.add_argument("--duration-s", type=number_flag(0.0, MAX_DURATION_S), default=0.0,
-                     help="wall s to run (0: forever)")
+                     help="replica i listens on 127.0.0.1:BASE_PORT+i (default: any free port)")
+    emu.add_argument("--model-name", default="emulated",
+                     help="served model name: the model_name label of the metrics")
+    stop = emu.add_argument("--stop-after-s", type=number_flag(0.0, MAX_DURATION_S), default=0.0,
+                            help="wall seconds to serve, then exit (0: until interrupted)")
+    add_renamed_flag(emu, "--duration-s", stop)
     emu.set_defaults(func=_run_emulate, check=_check_emulate)
 
 
@@ -64,7 +69,7 @@ def _run_emulate(args: argparse.Namespace) -> int:
             params, server, rng=np.random.default_rng(args.seed), arrivals=arrivals,
             input_lengths=n_in, output_lengths=n_out, interarrival_cv=args.interarrival_cv,
             model_name=args.model_name, replicas=args.replicas, time_scale=args.time_scale,
-            startup_delay_s=args.startup_delay_s, router=Router(args.router),
+            router=Router(args.router),
             kv_capacity_tokens=args.kv_capacity_tokens or DEFAULT_KV_CAPACITY_TOKENS,
             base_port=args.base_port,
         )
@@ -78,10 +83,11 @@ def _run_emulate(args: argparse.Namespace) -> int:
             print(url, flush=True)
         try:
             while fleet.error is None:
-                left_s = args.duration_s - (time.monotonic() - began)
-                if args.duration_s > 0 and left_s <= 0:
+                left_s = args.stop_after_s - (time.monotonic() - began)
+                if args.stop_after_s > 0 and left_s <= 0:
                     break
-                done.wait(STATUS_PERIOD_S if args.duration_s <= 0 else min(STATUS_PERIOD_S, left_s))
+                done.wait(STATUS_PERIOD_S if args.stop_after_s <= 0
+                          else min(STATUS_PERIOD_S, left_s))
                 stats = fleet.stats()
                 print(f"sim {stats.sim_time_s:8.1f} s  replicas {len(fleet.urls)}  late ticks "
                       f"{stats.behind_ticks}", flush=True)

@@ -26,7 +26,13 @@ CSV_ALIASES = {
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `fit` subcommand."""
-    fit_cmd = sub.add_parser("fit", help="fit alpha, beta, gamma to a CSV of measured points")
+    fit_cmd = sub.add_parser(
+        "fit",
+        help="fit alpha, beta, gamma to a CSV of measured points",
+        description="Fit alpha, beta, gamma to measured operating points (one CSV row each: the "
+        "rate per replica, mean request lengths and mean TTFT and ITL); print them, their "
+        "errors and which of them the points identify.",
+    )
     fit_cmd.add_argument(
         "--csv",
         type=input_file,
@@ -34,11 +40,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="columns rate_rps (per replica), avg_input_tokens, "
         "avg_output_tokens, ttft_ms, itl_ms (avg_in_tokens/avg_out_tokens too)",
     )
-    fit_cmd.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256)
     fit_cmd.add_argument(
-        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192
+        "--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
+        help="vLLM's --max-num-seqs of the measured server",
     )
-    fit_cmd.add_argument("--png", type=output_file, help="write a predicted-vs-measured plot here")
+    fit_cmd.add_argument(
+        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192,
+        help="vLLM's --max-num-batched-tokens of the measured server",
+    )
+    fit_cmd.add_argument(
+        "--png", type=output_file, help="write a predicted-vs-measured plot (PNG) here"
+    )
     fit_cmd.set_defaults(func=run_fit)
 
 
@@ -113,6 +125,8 @@ def _plot_fit(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from exporter.commands.plot_axes import plain_log_ticks
+
     pred = analyze_points(
         params,
         server,
@@ -130,6 +144,7 @@ def _plot_fit(
         hi = max(max(measured), float(np.max(predicted)))
         ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x")
         ax.set(xlabel=f"measured {name} (ms)", ylabel=f"predicted {name} (ms)", title=name)
+        plain_log_ticks(ax)
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

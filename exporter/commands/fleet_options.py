@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_QUEUE_SIZE
 from model.queueing.params import ServerConfig, ServiceParams
@@ -91,34 +93,69 @@ def input_file(text: str) -> Path:
     return path
 
 
+class _RenamedFlag(argparse.Action):
+    """A flag's former name, accepted for one release without appearing in --help: it stores into
+    the new flag's destination and says the new name on stderr."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new_flag: str,
+                 **kwargs: Any) -> None:
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS,
+                         default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: warning: {option_string} is deprecated, use {self.new_flag}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_renamed_flag(p: argparse.ArgumentParser, old: str, new: argparse.Action) -> None:
+    """Accept `old` as a hidden alias of the flag `new` (same value type and destination)."""
+    p.add_argument(old, action=_RenamedFlag, dest=new.dest, metavar=new.metavar,
+                   type=new.type or str, choices=new.choices, new_flag=new.option_strings[0])
+
+
 def add_fleet_options(p: argparse.ArgumentParser) -> None:
     """Add the options for the replicas' parameters, server, workload and routing."""
     param = number_flag(0.0, MAX_PARAM_MS, low_inclusive=False)
     tokens = number_flag(1.0, MAX_TOKENS)
     cv = number_flag(0.0, MAX_CV)
-    p.add_argument("--alpha-ms", type=param, default=DEFAULT_PARAMS.alpha_ms)
-    p.add_argument("--beta-ms", type=param, default=DEFAULT_PARAMS.beta_ms)
-    p.add_argument("--gamma-ms", type=param, default=DEFAULT_PARAMS.gamma_ms)
-    p.add_argument("--max-batch-size", type=int_flag(1, MAX_NUM_SEQS), default=256,
-                   help="vLLM max_num_seqs")
+    p.add_argument("--alpha-ms", type=param, default=DEFAULT_PARAMS.alpha_ms,
+                   help="per-iteration overhead, ms (the defaults of the three parameters: "
+                        "paper Table I, Llama-3.1-8B on an H100)")
+    p.add_argument("--beta-ms", type=param, default=DEFAULT_PARAMS.beta_ms,
+                   help="compute time per token in an iteration, ms")
+    p.add_argument("--gamma-ms", type=param, default=DEFAULT_PARAMS.gamma_ms,
+                   help="KV-cache read time per cached token in an iteration, ms")
+    seqs = p.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
+                          help="vLLM's --max-num-seqs: requests in a batch at most")
+    add_renamed_flag(p, "--max-batch-size", seqs)
     p.add_argument("--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS),
-                   default=8192)
+                   default=8192, help="vLLM's --max-num-batched-tokens: tokens per iteration")
     p.add_argument("--max-queue-size", type=int_flag(0, MAX_QUEUE_SIZE),
-                   help="reject arrivals beyond this queue")
+                   help="reject arrivals beyond this many waiting requests (default: unbounded)")
     p.add_argument("--input-tokens", type=tokens, default=1024.0, help="mean prompt length")
     p.add_argument("--output-tokens", type=tokens, default=512.0, help="mean output length")
     p.add_argument("--lengths", choices=[k.value for k in LengthKind if k != LengthKind.EMPIRICAL],
-                   default=LengthKind.UNIFORM.value, help="length law (uniform: [x/2, 3x/2])")
-    p.add_argument("--length-cv", type=cv, default=0.5, help="CV of the lognormal law")
-    p.add_argument("--interarrival-cv", type=cv, default=1.0, help="0 constant, 1 Poisson")
+                   default=LengthKind.UNIFORM.value,
+                   help="law of request lengths around the means (uniform: [x/2, 3x/2])")
+    p.add_argument("--length-cv", type=cv, default=0.5,
+                   help="coefficient of variation of the lognormal law")
+    p.add_argument("--interarrival-cv", type=cv, default=1.0,
+                   help="coefficient of variation of inter-arrival times: 0 constant, 1 Poisson")
     p.add_argument("--paper-profile", type=number_flag(0.0, MAX_RATE_RPS, low_inclusive=False),
                    metavar="BASE_RPS",
-                   help="the paper's 44-minute ramp (Table IV) from this baseline instead")
-    p.add_argument("--replicas", type=int_flag(1, MAX_REPLICAS), default=1)
-    p.add_argument("--router", choices=[r.value for r in Router], default=Router.LEAST_LOADED.value)
+                   help="follow the paper's 44-minute ramp (Table IV) from this baseline, req/s, "
+                        "instead of a constant rate")
+    p.add_argument("--replicas", type=int_flag(1, MAX_REPLICAS), default=1,
+                   help="replicas sharing the load")
+    p.add_argument("--router", choices=[r.value for r in Router], default=Router.LEAST_LOADED.value,
+                   help="how each request picks its replica")
     p.add_argument("--kv-capacity-tokens", type=int_flag(1, MAX_KV_TOKENS),
-                   help="KV cache per replica, tokens")
-    p.add_argument("--seed", type=int_flag(0), default=0)
+                   help="KV cache per replica, tokens (default: unlimited in simulate, 449200 in "
+                        "emulate: Llama-3.1-8B on one H100)")
+    p.add_argument("--seed", type=int_flag(0), default=0, help="random seed of the workload")
 
 
 def parse_fleet_options(
@@ -126,7 +163,7 @@ def parse_fleet_options(
 ) -> tuple[ServiceParams, ServerConfig, LengthDist, LengthDist]:
     """The parameters, server and input and output length laws the fleet options give."""
     params = ServiceParams(args.alpha_ms, args.beta_ms, args.gamma_ms)
-    server = ServerConfig(args.max_batch_size, args.max_num_batched_tokens, args.max_queue_size)
+    server = ServerConfig(args.max_num_seqs, args.max_num_batched_tokens, args.max_queue_size)
     kind = LengthKind(args.lengths)
     return (
         params,

@@ -13,6 +13,7 @@ from exporter.commands.fleet_options import (
     MAX_TARGET_MS,
     MAX_TOKENS,
     MAX_TOTAL_RPS,
+    add_renamed_flag,
     int_flag,
     number_flag,
     output_file,
@@ -37,29 +38,57 @@ PRESETS = {
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `plan` subcommand."""
-    plan = sub.add_parser("plan", help="latency vs load and replicas needed, for given parameters")
+    plan = sub.add_parser(
+        "plan",
+        help="latency vs load and replicas needed, for given parameters",
+        description="Print one replica's TTFT and ITL as its load grows and the replicas a range "
+        "of total loads needs for the targets, from given alpha, beta, gamma (a preset of paper "
+        "Table I, or your own); --png draws both.",
+    )
     param = number_flag(0.0, MAX_PARAM_MS, low_inclusive=False)
     target = number_flag(0.0, MAX_TARGET_MS, low_inclusive=False)
-    plan.add_argument("--model", choices=sorted(PRESETS), default="llama-3.1-8b-h100")
-    plan.add_argument("--alpha-ms", type=param, help="overrides the preset")
-    plan.add_argument("--beta-ms", type=param)
-    plan.add_argument("--gamma-ms", type=param)
-    plan.add_argument("--input-tokens", type=number_flag(0.0, MAX_TOKENS), default=1024.0)
-    plan.add_argument("--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0)
-    plan.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256)
+    preset = plan.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="llama-3.1-8b-h100",
+        help="alpha, beta, gamma measured in paper Table I",
+    )
+    add_renamed_flag(plan, "--model", preset)
     plan.add_argument(
-        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192
+        "--alpha-ms", type=param, help="per-iteration overhead, ms (overrides the preset)"
     )
     plan.add_argument(
-        "--ttft-ms", type=target, help="TTFT target (without targets: size to saturation)"
+        "--beta-ms", type=param, help="compute time per token, ms (overrides the preset)"
     )
-    plan.add_argument("--itl-ms", type=target, help="ITL target")
+    plan.add_argument(
+        "--gamma-ms", type=param, help="KV read time per cached token, ms (overrides the preset)"
+    )
+    plan.add_argument(
+        "--input-tokens", type=number_flag(0.0, MAX_TOKENS), default=1024.0,
+        help="mean prompt length",
+    )
+    plan.add_argument(
+        "--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0,
+        help="mean output length",
+    )
+    plan.add_argument(
+        "--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
+        help="vLLM's --max-num-seqs: requests in a batch at most",
+    )
+    plan.add_argument(
+        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192,
+        help="vLLM's --max-num-batched-tokens: tokens per iteration",
+    )
+    plan.add_argument(
+        "--ttft-ms", type=target, help="TTFT target, ms (without targets: size to saturation)"
+    )
+    plan.add_argument("--itl-ms", type=target, help="ITL target, ms")
     plan.add_argument(
         "--load",
         type=number_flag(0.0, MAX_TOTAL_RPS),
         nargs=2,
         metavar=("MIN_RPS", "MAX_RPS"),
-        help="total load range for the replica table (default: 0.5x to 4x one "
+        help="total load range for the replica table, req/s (default: 0.5x to 4x one "
         "replica's SLO capacity)",
     )
     plan.add_argument(
@@ -75,7 +104,7 @@ def _check_plan(args: argparse.Namespace) -> str | None:
 
 
 def _params(args: argparse.Namespace) -> ServiceParams:
-    base = PRESETS[args.model]
+    base = PRESETS[args.preset]
     return ServiceParams(
         args.alpha_ms if args.alpha_ms is not None else base.alpha_ms,
         args.beta_ms if args.beta_ms is not None else base.beta_ms,
@@ -148,6 +177,8 @@ def _plot_plan(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from exporter.commands.plot_axes import integer_ticks, plain_log_ticks
+
     rates = np.linspace(0.0, top_rps, 400)
     curve = analyze(params, server, workload, rates)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -166,6 +197,7 @@ def _plot_plan(
         yscale="log",
         title="latency vs load, one replica",
     )
+    plain_log_ticks(left)
     left.legend()
     loads = np.linspace(0.0, 6.0 * top_rps, 200)
     counts = [
@@ -175,6 +207,7 @@ def _plot_plan(
     ]
     right.step(loads, counts, where="post")
     right.set(xlabel="total load (req/s)", ylabel="replicas", title="replicas for the targets")
+    integer_ticks(right)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -40,9 +40,19 @@ STOP_GRACE_S = 3.0
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `run` subcommand."""
-    run_parser = sub.add_parser("run", help="run the daemon with a YAML config")
+    run_parser = sub.add_parser(
+        "run",
+        help="run the daemon with a YAML config",
+        description="The daemon: every cycle_period_s it reads each configured deployment's "
+        "vLLM metrics, calibrates the model and recommends replicas; it serves /metrics, "
+        "/healthz, /readyz and /api/v1/predict on listen_address until SIGTERM or SIGINT.",
+    )
     run_parser.add_argument("--config", "-c", required=True, help="YAML config file")
-    run_parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run_parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="overrides the config's log_level",
+    )
     run_parser.set_defaults(func=run_daemon)
 
 

@@ -56,11 +56,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                 description=_run_simulate.__doc__)
     add_fleet_options(sim)
     sim.add_argument("--rates", type=_rates, default="1,2,4,8",
-                     help="comma-separated Poisson rates, req/s")
+                     help="comma-separated arrival rates of the whole fleet, req/s, one run each")
     sim.add_argument("--duration-s", type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
-                     default=600.0, help="arrivals per rate, s")
+                     default=600.0, help="simulated seconds of arrivals at each rate")
     sim.add_argument("--warmup-s", type=number_flag(0.0, MAX_DURATION_S), default=60.0,
-                     help="arrivals ignored at start, s")
+                     help="simulated seconds at the start of each rate whose arrivals the "
+                          "statistics leave out")
     sim.add_argument("--csv", type=output_file, help="write the table as CSV here")
     sim.add_argument("--trace", type=input_file,
                      help="replay requests from a CSV (arrival_s, input_tokens, output_tokens)")
@@ -165,12 +166,13 @@ def load_trace_csv(path: Path) -> RequestTrace:
         arrival = np.array([float(r["arrival_s"]) for r in rows])
         n_in = np.array([int(r["input_tokens"]) for r in rows], dtype=np.int64)
         n_out = np.array([int(r["output_tokens"]) for r in rows], dtype=np.int64)
+        order = np.argsort(arrival, kind="stable")
+        return RequestTrace(arrival[order], n_in[order], n_out[order])
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(
-            f"{path}: a trace needs numeric columns arrival_s, input_tokens, output_tokens ({exc})"
+            f"argument --trace: {path}: needs numeric columns arrival_s, input_tokens, "
+            f"output_tokens ({exc})"
         ) from exc
-    order = np.argsort(arrival, kind="stable")
-    return RequestTrace(arrival[order], n_in[order], n_out[order])
 
 
 def _summary(prefix: str, values: NDArray[np.float64]) -> dict[str, float]:

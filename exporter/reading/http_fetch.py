@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from exporter.config import DEFAULT_MAX_RESPONSE_BYTES
 from exporter.errors import FailureReason
 
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 _READ_CHUNK = 64 * 1024
 
 
@@ -46,7 +46,7 @@ def fetch(
     url: str,
     *,
     deadline_s: float,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_body_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     method: str = "GET",
     body: bytes | None = None,
     headers: Mapping[str, str] | None = None,

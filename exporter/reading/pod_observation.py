@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from exporter.reading.saturation import Saturation, saturation_signs
+from exporter.reading.saturation import Saturation, backlog_growing, saturation_signs
 from exporter.reading.vllm_metrics import (
     CounterName,
     GaugeName,
@@ -29,10 +29,6 @@ from exporter.reading.vllm_metrics import (
 )
 
 MS_PER_S = 1000.0
-# λ̂ above this multiple of the completion rate means the backlog grows (spec §7.4).
-QUEUE_GROWTH_FACTOR = 1.1
-# ... and by at least this many requests, so one arrival at an idle pod is not "growing".
-MIN_BACKLOG_GROWTH = 2.0
 # Process start times differ by more than this (s) => a different process, hence a reset.
 PROCESS_START_TOLERANCE_S = 1.0
 # A restart is real only if the new process started after the window's first read, up to this
@@ -148,7 +144,7 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
         deltas, HistogramName.QUEUE_TIME_S, GaugeName.WAITING, start, end, window_s
     )
     kv = end.gauges.get(GaugeName.KV_USAGE)
-    queue_growing = _growing(backlog_change, arrivals, completed)
+    queue_growing = backlog_growing(backlog_change, arrivals)
     preempted = _increase(start.counters, end.counters, CounterName.PREEMPTIONS, reset)
     return PodObservation(
         pod=end.pod,
@@ -248,7 +244,3 @@ def _occupancy(
     return end.gauges.get(gauge)
 
 
-def _growing(backlog_change: float | None, arrivals: float, completed: float) -> bool:
-    if backlog_change is None or backlog_change < MIN_BACKLOG_GROWTH:
-        return False
-    return arrivals > QUEUE_GROWTH_FACTOR * completed

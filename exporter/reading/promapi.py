@@ -19,8 +19,9 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlencode
 
+from exporter.config import DEFAULT_MAX_RESPONSE_BYTES
 from exporter.errors import FailureReason, PrometheusQueryError
-from exporter.reading.http_fetch import DEFAULT_MAX_BODY_BYTES, FetchError, HttpResponse, fetch
+from exporter.reading.http_fetch import FetchError, HttpResponse, fetch
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class PrometheusClient:
         bearer_token_file: Path | None = None,
         ca_file: Path | None = None,
         insecure: bool = False,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"`base_url` must start with http:// or https://, got {base_url!r}")

@@ -9,13 +9,27 @@ from enum import StrEnum
 # near full, so 0.95 marks real exhaustion).
 SATURATED_WAITING = 0.5
 SATURATED_KV_RATIO = 0.95
+# The backlog (running + waiting) grows when more than this share of the window's requests is
+# still in it at the end (spec §7.4: arrivals over 1.1 x completions) ...
+BACKLOG_GROWTH_SHARE = 0.1
+# ... and more than this many: at light load the backlog moves by a request or two between any two
+# instants, which is no sign of saturation.
+MIN_BACKLOG_GROWTH = 2.0
+
+
+def backlog_growing(backlog_change: float | None, requests: float) -> bool:
+    """Whether a window's backlog grew by more than its share of the window's `requests`
+    (arrivals) and by more than MIN_BACKLOG_GROWTH; False when the change is unknown."""
+    if backlog_change is None:
+        return False
+    return backlog_change > max(MIN_BACKLOG_GROWTH, BACKLOG_GROWTH_SHARE * requests)
 
 
 class Saturation(StrEnum):
     """Signs that a window ran saturated (collector-spec §8); exported label values."""
 
     WAITING = "waiting"  # mean waiting requests > 0.5
-    BACKLOG_GROWING = "backlog_growing"  # queue_growing
+    BACKLOG_GROWING = "backlog_growing"  # backlog_growing(): the queue grows
     QUEUE_OVER_INFERENCE = "queue_over_inference"  # mean queue time > mean inference time
     KV_FULL = "kv_full"  # KV-cache usage > 0.95 at the window end
     PREEMPTIONS = "preemptions"  # any preemption in the window

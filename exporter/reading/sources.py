@@ -20,8 +20,9 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from exporter.clock import Clock
+from exporter.config import DEFAULT_MAX_RESPONSE_BYTES
 from exporter.errors import FailureReason, ScrapeError, SourceError
-from exporter.reading.http_fetch import DEFAULT_MAX_BODY_BYTES, FetchError, fetch
+from exporter.reading.http_fetch import FetchError, fetch
 from exporter.reading.promapi import PrometheusClient, VectorSample
 from exporter.reading.vllm_metrics import (
     PodSample,
@@ -93,7 +94,7 @@ class ScrapeSource:
         service_url: str | None = None,
         model_name: str | None = None,
         timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_workers: int = DEFAULT_MAX_WORKERS,
         resolver: Resolver = resolve_a_records,
     ) -> None:

@@ -182,6 +182,13 @@ def test_every_error_label_exists_at_zero_before_the_first_cycle(
         assert registry.get_sample_value("vllm_sizer_cycles_skipped_total", labels) == 0.0
 
 
+def outcomes(registry: CollectorRegistry) -> dict[str, float | None]:
+    return {
+        outcome: registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": outcome})
+        for outcome in ("ok", "warming_up", "failed")
+    }
+
+
 def test_cycles_fill_the_duration_histogram_and_the_source_gauges(fleet) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     emulated, clock = fleet
     registry = CollectorRegistry()
@@ -203,15 +210,15 @@ def test_cycles_fill_the_duration_histogram_and_the_source_gauges(fleet) -> None
     # Exported timestamps follow the wall clock, not the clock the cycle runs on.
     stamp = registry.get_sample_value("vllm_sizer_last_successful_cycle_timestamp_seconds")
     assert stamp == pytest.approx(1.7e9 + 0.75)
-    failed_before = registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": "failed"})
+    # The first cycle has no window yet: warming up, not a failure.
+    assert outcomes(registry) == {"ok": 2.0, "warming_up": 1.0, "failed": 0.0}
     source.down = True
     daemon.run_cycle()
     assert registry.get_sample_value("vllm_sizer_source_up", KEY) == 0.0
     assert registry.get_sample_value("vllm_sizer_pods_observed", KEY) == 0.0
     labels = {"deployment": "llama", "source": "scrape", "reason": "connection"}
     assert registry.get_sample_value("vllm_sizer_scrape_errors_total", labels) == 1.0
-    failed = registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": "failed"})
-    assert failed is not None and failed_before is not None and failed == failed_before + 1
+    assert outcomes(registry) == {"ok": 2.0, "warming_up": 1.0, "failed": 1.0}
     families = {f.name for f in text_string_to_metric_families(generate_latest(registry).decode())}
     assert "vllm_sizer_cycle_seconds" in families
 
@@ -230,3 +237,21 @@ def test_demand_is_exported_with_its_kind_and_omitted_when_unknown() -> None:
         for s in family.samples
     }
     assert samples == {("llama", "rate"): 2.5, ("queued", "queue"): 7.0}
+
+
+def test_a_source_down_from_the_start_fails_its_cycles_until_it_answers(fleet) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    emulated, clock = fleet
+    registry = CollectorRegistry()
+    source = FleetSource(emulated, down=True)
+    daemon = Daemon(
+        config(SourceConfig(scrape_urls=("http://x:1/",))), {"llama": source}, registry,
+        emulated.sim_clock,
+    )  # fmt: skip
+    for down in (True, True, False, False):
+        source.down = down
+        clock.advance(30.0)
+        emulated.sync()
+        daemon.run_cycle()
+    # Failed twice, then a first read (warming up), then a window.
+    assert outcomes(registry) == {"ok": 1.0, "warming_up": 1.0, "failed": 2.0}
+    assert daemon.ready()

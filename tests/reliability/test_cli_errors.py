@@ -17,14 +17,15 @@ QUICK = {
     "plan": [],
     "fit": ["--csv", "{csv}"],
     "simulate": ["--rates", "1", "--duration-s", "20", "--warmup-s", "1"],
-    "emulate": ["--duration-s", "0.5"],
+    "emulate": ["--stop-after-s", "0.5"],
     "demo": ["--minutes", "0.5", "--time-scale", "100", "--out", "{tmp}"],
 }
 FLEET = [
     ("--alpha-ms", ["-1", "0", "nan", "inf", "1e7"]),
     ("--beta-ms", ["-1", "0", "nan", "1e7"]),
     ("--gamma-ms", ["-1", "0", "inf", "1e7"]),
-    ("--max-batch-size", ["0", "-1", "16385", "1.5"]),
+    ("--max-num-seqs", ["0", "-1", "16385", "1.5"]),
+    ("--max-batch-size", ["0", "16385"]),  # the former name, still checked
     ("--max-num-batched-tokens", ["0", "16777217"]),
     ("--max-queue-size", ["-1", "100001"]),
     ("--input-tokens", ["0", "-1", "nan", "2e6"]),
@@ -46,6 +47,7 @@ CASES: list[tuple[str, str, list[str]]] = [
         ("--ttft-ms", ["0", "-1", "nan", "inf", "1e308"]),
         ("--itl-ms", ["0", "nan", "1e308"]),
         ("--max-num-seqs", ["0", "-1", "16385", "1e3"]),
+        ("--preset", ["gpt"]),
         ("--max-num-batched-tokens", ["0", "16777217"]),
         ("--load", ["-1 2", "nan 2", "0 1e300", "5 1"]),
         ("--png", ["/nonexistent/dir/x.png"]),
@@ -70,9 +72,9 @@ CASES: list[tuple[str, str, list[str]]] = [
     *[("emulate", f, v) for f, v in [
         ("--rate-rps", ["-1", "nan", "20000"]),
         ("--time-scale", ["0", "-1", "nan", "1001"]),
-        ("--startup-delay-s", ["-1", "nan", "1e9"]),
         ("--base-port", ["0", "70000", "65535 --replicas 2"]),
-        ("--duration-s", ["-1", "nan"]),
+        ("--stop-after-s", ["-1", "nan"]),
+        ("--duration-s", ["-1"]),  # the former name of --stop-after-s
     ]],
     *[("demo", f, v) for f, v in [
         ("--time-scale", ["0", "-1", "nan", "1e12"]),

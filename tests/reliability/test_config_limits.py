@@ -17,8 +17,11 @@ from exporter.config import (
     MAX_NUM_SEQS,
     MAX_QUEUE_SIZE,
     MAX_REPLICAS,
+    MAX_RESPONSE_MIB,
     MAX_STABILIZATION_S,
+    MAX_TIMEOUT_S,
     MAX_TUNER_WINDOW,
+    MIB,
 )
 from exporter.config_checks import MAX_PROBLEMS_SHOWN, SHOWN_CHARS
 from exporter.config_loader import parse_config
@@ -60,6 +63,9 @@ TOO_LARGE = [
     ),
     ({"replicas": {"max": 10**9}}, "replicas.max", MAX_REPLICAS),
     ({"scale_down_stabilization_s": 10**9}, "scale_down_stabilization_s", MAX_STABILIZATION_S),
+    # Larger deadlines overflow the platform's timers: every read would fail.
+    ({"source": {"scrape_urls": ["http://x/"], "scrape_timeout_s": 1e12}},
+     "source.scrape_timeout_s", MAX_TIMEOUT_S),  # fmt: skip
     # Each factor within its bound, their product not: 16384 x 1000 cells per fit.
     (
         {"server": {"max_num_seqs": MAX_NUM_SEQS}, "tuner": {"window": MAX_TUNER_WINDOW}},
@@ -139,3 +145,27 @@ def test_a_file_of_many_bad_keys_lists_a_bounded_number() -> None:
     found = problems(data)
     assert len(found) == MAX_PROBLEMS_SHOWN + 1
     assert re.fullmatch(r"\(document\): \d+ more problems", found[-1])
+
+
+def test_the_response_body_cap_is_32_mib_unless_configured() -> None:
+    assert parse_config({"deployments": [deployment()]}).max_response_bytes == 32 * MIB
+    config = parse_config({"max_response_mib": 1, "deployments": [deployment()]})
+    assert config.max_response_bytes == MIB
+    top = parse_config({"max_response_mib": MAX_RESPONSE_MIB, "deployments": [deployment()]})
+    assert top.max_response_bytes == MAX_RESPONSE_MIB * MIB
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_RESPONSE_MIB + 1, 10**400, 1.5, "32", True])
+def test_the_response_body_cap_has_a_range(value: object) -> None:
+    found = problems({"max_response_mib": value, "deployments": [deployment()]})
+    assert found[0].startswith(
+        f"max_response_mib: must be an integer >= 1 and <= {MAX_RESPONSE_MIB} (MiB)"
+    ), found
+    assert len(found[0]) < 2 * SHOWN_CHARS + 200
+
+
+def test_the_prometheus_timeout_is_bounded() -> None:
+    found = problems({"prometheus": {"url": "http://p:9090", "timeout_s": 1e12},
+                      "deployments": [deployment()]})  # fmt: skip
+    assert found == [f"prometheus.timeout_s: must be a number > 0 and <= {MAX_TIMEOUT_S:g} "
+                     "(seconds), got 1000000000000.0"]  # fmt: skip

@@ -103,10 +103,14 @@ def test_a_failing_cycle_does_not_end_the_schedule(caplog: pytest.LogCaptureFixt
             raise RuntimeError("cycle bug")
 
     fake = FakeTime(cycles=4)
-    with caplog.at_level(logging.ERROR, logger="exporter.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="exporter.scheduler"):
         fake.run(fail)
     assert len(fake.starts) == 4
-    assert [r.message for r in caplog.records] == ["cycle raised"]
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["cycle raised: RuntimeError: cycle bug"]
+    assert errors[0].exc_info is None  # one line: the traceback only at debug
+    traced = [r for r in caplog.records if r.exc_info is not None]
+    assert [r.levelno for r in traced] == [logging.DEBUG]
 
 
 def test_a_cycle_stuck_for_three_periods_fails_liveness() -> None:

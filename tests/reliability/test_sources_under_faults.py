@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.config import MIB, Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon import Daemon
 from exporter.errors import FailureReason
 from exporter.reading.observations import WindowTracker
@@ -19,6 +19,7 @@ from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
 from exporter.reading.sources import ScrapeSource, SourceRead
 from exporter.recommender import Reason
+from exporter.sources_from_config import build_sources
 from exporter.statefile import StateFile
 from model import ServerConfig, ServiceParams
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
@@ -116,6 +117,30 @@ def test_one_dripping_pod_does_not_hold_up_another_deployment() -> None:
             assert not slow.source_up
         assert all(d is not None for d in desired[1:]), desired
         daemon.close()
+
+
+def test_many_hanging_sources_do_not_hold_up_a_healthy_one() -> None:
+    """More hanging deployments than any fixed pool of reader threads, each with a deadline
+    near the period: the healthy deployment, listed last, is still read within the cycle."""
+    with (
+        FaultServer(Fault.SERVE, [render(PodTotals())]) as healthy,
+        FaultServer(Fault.HANG, max_seconds=10.0) as hang,
+    ):
+        slow = tuple(
+            deployment(f"hang-{k}", hang.url, source=SourceConfig(
+                scrape_urls=(hang.url,), scrape_timeout_s=3.5))
+            for k in range(20)
+        )  # fmt: skip
+        config = Config(cycle_period_s=4.0, deployments=(*slow, deployment("good", healthy.url)))
+        clock = ManualClock(T0)
+        daemon = Daemon(config, build_sources(config, clock), CollectorRegistry(), clock)
+        start = time.monotonic()
+        snapshot = daemon.run_cycle()
+        elapsed = time.monotonic() - start
+        daemon.close()
+    good = next(s for s in snapshot.deployments if s.deployment == "good")
+    assert good.source_up, "the healthy deployment's read waited behind the hanging ones"
+    assert elapsed < 4.0
 
 
 def exposition(totals: PodTotals, started_s: float) -> str:
@@ -242,3 +267,15 @@ def test_restored_history_is_clamped_to_the_bounds_and_the_window(tmp_path: Path
     now = T0
     rec.restore({"history": [[now - 10, 10], [now + 3600, 1000], [now - 900, 9]]}, now)
     assert rec.to_dict() == {"history": [[now - 10, 8]]}
+
+
+@pytest.mark.parametrize(("cap_mib", "too_large"), [(1, True), (4, False)])
+def test_the_configured_body_cap_bounds_every_scrape(cap_mib: int, too_large: bool) -> None:
+    body = "# a comment line of a 2 MiB exposition\n" * (2 * MIB // 40)
+    with FaultServer(Fault.SERVE, [body]) as server:
+        config = Config(
+            max_response_bytes=cap_mib * MIB, deployments=(deployment("big", server.url),)
+        )
+        read = build_sources(config, ManualClock(T0))["big"].read()
+    reasons = [f.reason for f in read.failures]
+    assert (FailureReason.BODY_TOO_LARGE in reasons) is too_large, reasons

@@ -17,6 +17,6 @@ def run(argv: list[str]) -> int:
 
 
 def test_emulate_serves_for_the_given_time(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["emulate", "--duration-s", "0.3", "--time-scale", "10", "--replicas", "2"]) == 0
+    assert run(["emulate", "--stop-after-s", "0.3", "--time-scale", "10", "--replicas", "2"]) == 0
     urls = [line for line in capsys.readouterr().out.splitlines() if line.startswith("http://")]
     assert len(urls) == 2

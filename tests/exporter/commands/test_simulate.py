@@ -46,6 +46,10 @@ def test_simulate_replays_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[
     bad.write_text("arrival_s,input_tokens\n0.0,5\n")
     assert run(["simulate", "--trace", str(bad)]) == 2
     assert "output_tokens" in capsys.readouterr().err
+    negative = tmp_path / "negative.csv"
+    negative.write_text("arrival_s,input_tokens,output_tokens\n0.0,-5,10\n")
+    assert run(["simulate", "--trace", str(negative)]) == 2
+    assert f"argument --trace: {negative}:" in capsys.readouterr().err  # names the flag
 
 
 def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
