@@ -136,6 +136,9 @@ class DeploymentConfig:
     def serving_min_replicas(self) -> int:
         """The fewest replicas sized for while serving: 0 is decided only by scale_from_zero."""
         return max(self.min_replicas, 1)
+    # The workload CVs the config gives (`model.arrival_cv`, ...): the model uses these, not the
+    # measured ones (exporter/traffic.py).
+    pinned_inputs: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -250,6 +250,7 @@ def _deployment(
         scale_down_stabilization_s=window,
         look_ahead_s=look_ahead,
         model=options,
+        pinned_inputs=frozenset(k for k in _CV_KEYS if k in (m.get("model") or {})),
         initial_params=initial,
         tuner=tuner,
         scale_from_zero=zero,
@@ -370,6 +371,9 @@ def _initial_params(r: KeyReader, node: Any, path: str) -> ServiceParams | None:
     return ServiceParams(alpha, beta, gamma)
 
 
+_CV_KEYS = ("arrival_cv", "input_length_cv", "output_length_cv")
+
+
 def _model_options(r: KeyReader, node: Any, path: str) -> ModelOptions:
     if node is None:
         return ModelOptions()
@@ -394,7 +398,7 @@ def _model_options(r: KeyReader, node: Any, path: str) -> ModelOptions:
             "must be a number >= 0 (a coefficient of variation)",
             getattr(default, key),
         )
-        for key in ("arrival_cv", "input_length_cv", "output_length_cv")
+        for key in _CV_KEYS
     }
     architecture = None
     if m.get("architecture") is not None:

@@ -12,12 +12,12 @@ import logging
 import math
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from exporter.clock import Clock
 from exporter.config import Config, SourceKind
+from exporter.cycle_reads import READ_DEADLINE, Reads, late_read, read_deployment
 from exporter.deployment_state import (
     DeploymentRuntime,
     new_tuner,
@@ -29,19 +29,22 @@ from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollect
 from exporter.forecast import forecast
 from exporter.log_lines import FailureStreaks, log_unexpected
 from exporter.operation_metrics import OperationMetrics, cycle_outcome
-from exporter.reading.demand import DemandRead, DemandSource, DemandWatch, read_demand
+from exporter.reading.arrival_sampler import ArrivalSampler
+from exporter.reading.demand import DemandSource, DemandWatch
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.reading.pod_observation import Problem
-from exporter.reading.sources import HistorySource, Source, SourceRead
+from exporter.reading.sources import Source
 from exporter.recommender import (
     Decision,
     Recommender,
+    preempted,
     saturated,
     slo_headroom_ratio,
     waiting_queue_grows,
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
+from exporter.traffic import model_inputs, used_cvs
 from model import TunerReason, Workload
 from model.calibration.observation import Observation
 
@@ -50,12 +53,6 @@ logger = logging.getLogger(__name__)
 # Windows whose arrival rate moved more than this fraction from the previous window are not
 # fed to the tuner: the model describes steady state, and latencies lag a load step.
 MAX_RATE_CHANGE = 0.25
-
-# Reads of all deployments run in parallel, one reader thread per deployment at most (started
-# only while every other one is busy), so no number of hanging sources can hold up another
-# deployment's read; a cycle waits for them at most this share of its period (each fetch has
-# its own deadline besides).
-READ_DEADLINE = 0.8
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
 READY_PERIODS = 3.0
@@ -74,10 +71,12 @@ class Daemon:
         *,
         wall_clock: Clock | None = None,
         demand: Mapping[str, DemandSource] | None = None,
+        samplers: Mapping[str, ArrivalSampler] | None = None,
     ) -> None:
         """`clock` drives the cycle (windows, readiness); `wall_clock` (default: `clock`) times
         what is exported, so a simulation's daemon still exports wall-clock timestamps;
-        `demand` has the demand query of each deployment with scale_from_zero."""
+        `demand` has the demand query of each deployment with scale_from_zero; `samplers`
+        (sidecar mode, started by the caller) give deployments their arrival CV."""
         demand = demand or {}
         missing = [d.name for d in config.deployments if d.scale_from_zero and d.name not in demand]
         if missing:
@@ -89,6 +88,7 @@ class Daemon:
         self._clock = clock
         self._wall_clock = wall_clock or clock
         self._statefile = statefile
+        self._samplers = dict(samplers or {})
         self.collector = SnapshotCollector()
         registry.register(self.collector)
         self.metrics = OperationMetrics(registry, config.deployments)
@@ -159,7 +159,7 @@ class Daemon:
             if pending is not None and not pending.done():
                 futures[name] = pending  # still on last cycle's read: no second one in flight
                 continue
-            runtime.pending_read = self._readers.submit(_read_source, runtime, past_s)
+            runtime.pending_read = self._readers.submit(read_deployment, runtime, past_s)
             futures[name] = runtime.pending_read
         wait(futures.values(), timeout=READ_DEADLINE * self.config.cycle_period_s)
         return futures
@@ -174,7 +174,7 @@ class Daemon:
         demand = self._demand(runtime, reads)
         try:
             if reads is None:
-                raise _late()
+                raise late_read()
             if isinstance(reads.now, SourceError):
                 raise reads.now
             history, read = reads.history, reads.now
@@ -205,9 +205,12 @@ class Daemon:
                 runtime.workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
             except ValueError as exc:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
+        shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
+        runtime.inputs = model_inputs(dep, shape, runtime.workload)
         self._tune(runtime, obs)
         decision = runtime.recommender.decide(
-            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), demand=demand
+            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs,
+            demand=demand,
         )
         self._log(runtime, decision)
         # At zero the demand is the observation: a read that found no pod and a demand read
@@ -220,7 +223,7 @@ class Daemon:
         source "demand" and logged once per run of failures)."""
         if runtime.demand_watch is None:
             return None
-        outcome = _late() if reads is None or reads.demand is None else reads.demand
+        outcome = late_read() if reads is None or reads.demand is None else reads.demand
         if isinstance(outcome, SourceError):
             dep = runtime.config
             self.metrics.scrape_errors.labels(dep.name, SourceKind.DEMAND, outcome.reason).inc()
@@ -230,6 +233,21 @@ class Daemon:
             runtime.demand_watch.answered()
             runtime.demand_value = outcome.value
         return runtime.demand_value
+
+    def _dispersion(
+        self, runtime: DeploymentRuntime, obs: DeploymentObservation
+    ) -> tuple[float, float] | None:
+        """The sampler's (index of dispersion, requests) over the observation's window, if
+        the deployment has a sampler and the window a reading; a gap is a counted problem."""
+        sampler = self._samplers.get(runtime.config.name)
+        if sampler is None or not obs.observed_pods:
+            return None
+        reading = sampler.reading(obs.end_time_s - obs.window_s, obs.end_time_s)
+        if reading.problem is not None:
+            self.metrics.observation_problems.labels(runtime.config.name, reading.problem).inc()
+        if reading.index is None:
+            return None
+        return reading.index, reading.requests
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
         """Feed one per-replica observation to the tuner when the window is steady and has
@@ -253,6 +271,7 @@ class Daemon:
                 runtime.config.name, Problem.NON_STATIONARY
             ).inc()
             return
+        cvs = used_cvs(runtime.config, runtime.traffic.shape)
         try:
             point = Observation(
                 rate_rps=obs.arrival_rate_rps / obs.observed_pods,  # no unobserved pods here
@@ -262,7 +281,10 @@ class Daemon:
                 itl_ms=obs.itl_ms,
                 max_batch_size=runtime.config.server.max_batch_size,
                 timestamp=obs.end_time_s,
-                queue_growing=waiting_queue_grows(obs),
+                queue_growing=waiting_queue_grows(obs) or preempted(obs),
+                input_length_cv=cvs.get("input_length_cv"),
+                output_length_cv=cvs.get("output_length_cv"),
+                arrival_cv=cvs.get("arrival_cv"),
             )
         except ValueError as exc:
             logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
@@ -296,6 +318,8 @@ class Daemon:
             slo_headroom_ratio=slo_headroom_ratio(decision),
             demand=runtime.demand_value,
             demand_kind=None if dep.scale_from_zero is None else dep.scale_from_zero.demand,
+            traffic=runtime.traffic.shape,
+            kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
@@ -339,7 +363,7 @@ class Daemon:
         count = replicas or (last.current_replicas if last and last.current_replicas else 1)
         outlook = forecast(
             runtime.config, params, workload, runtime.tuner.bias(),
-            size_for_rps=rate_rps, per_replica_rps=rate_rps / count,
+            size_for_rps=rate_rps, per_replica_rps=rate_rps / count, inputs=runtime.inputs,
         )  # fmt: skip
         return WhatIf(
             deployment=deployment,
@@ -382,34 +406,3 @@ def _tuner_text(runtime: DeploymentRuntime) -> str:
     """The tuner's state, with its reason unless the fit was simply accepted."""
     state, reason = runtime.tuner.state, runtime.tuner.reason
     return state.value if reason is TunerReason.ACCEPTED else f"{state.value}({reason.value})"
-
-
-@dataclass(frozen=True, slots=True)
-class Reads:
-    """One deployment's reads of one cycle; a failed read is its error."""
-
-    history: SourceRead | None  # one period back, if the source can (first cycle only)
-    now: SourceRead | SourceError
-    demand: DemandRead | SourceError | None  # None without scale_from_zero
-
-
-def _late() -> SourceError:
-    return SourceError(
-        f"no answer within {READ_DEADLINE:.0%} of the cycle period", reason=FailureReason.TIMEOUT
-    )
-
-
-def _read_source(runtime: DeploymentRuntime, past_s: float) -> Reads:
-    """A deployment's reads, run on a reader thread: they touch no daemon state."""
-    source = runtime.source
-    history = None
-    if not runtime.tracker.primed and isinstance(source, HistorySource):
-        try:
-            history = source.read_at(past_s)
-        except SourceError as exc:  # the cycle's own read reports and counts the failure
-            logger.debug("%s: no history to start from (%s)", runtime.config.name, exc)
-    demand = None if runtime.demand is None else read_demand(runtime.demand)
-    try:
-        return Reads(history, source.read(), demand)
-    except SourceError as exc:
-        return Reads(history, exc, demand)

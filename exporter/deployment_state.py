@@ -13,6 +13,7 @@ from exporter.reading.demand import DemandSource, DemandWatch
 from exporter.reading.observations import DeploymentObservation, WindowTracker
 from exporter.reading.sources import Source
 from exporter.recommender import Recommender
+from exporter.traffic import ModelInputs, TrafficTracker
 from model import ServiceParams, Workload
 from model.calibration.tuner import Tuner
 
@@ -35,6 +36,8 @@ class DeploymentRuntime:
     demand: DemandSource | None = None  # the demand query, with scale_from_zero
     demand_watch: DemandWatch | None = None  # with scale_from_zero
     demand_value: float | None = None  # the last cycle's demand (None: failed or not read)
+    traffic: TrafficTracker = field(default_factory=TrafficTracker)
+    inputs: ModelInputs | None = None  # what the model was last evaluated with
 
     @property
     def params(self) -> ServiceParams | None:

@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporter.config import DemandKind
 from exporter.recommender import Decision, Reason
+from exporter.traffic import LengthCvKind, TrafficShape
 from model import ServiceParams, TunerReason, TunerState
 
 PREFIX = "vllm_sizer_"
@@ -48,6 +49,8 @@ class DeploymentStatus:
     slo_headroom_ratio: float | None
     demand: float | None = None  # the scale_from_zero query's value (None: failed or none)
     demand_kind: DemandKind | None = None  # None without scale_from_zero
+    traffic: TrafficShape = TrafficShape()  # smoothed measurements of the traffic
+    kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
 
 
 class Signal(StrEnum):
@@ -165,6 +168,24 @@ GAUGES: tuple[GaugeSpec, ...] = (
         lambda s: s.slo_headroom_ratio,
     ),
     GaugeSpec(
+        "prefix_cache_hit_ratio",
+        "Share of prompt tokens served from vLLM's prefix cache, smoothed over the last 10 "
+        "windows, as of the last cycle.",
+        lambda s: s.traffic.cached_prompt_ratio,
+    ),
+    GaugeSpec(
+        "arrival_cv",
+        "Coefficient of variation of inter-arrival times, measured by the 1 s sampler (sidecar "
+        "mode only) and smoothed over the last 10 windows, as of the last cycle.",
+        lambda s: s.traffic.arrival_cv,
+    ),
+    GaugeSpec(
+        "kv_batch_limit",
+        "Largest batch the KV cache holds at the mean request, min(max_num_seqs, KV tokens / "
+        "mean context): the batch size sizing uses, as of the last cycle.",
+        lambda s: s.kv_batch_limit,
+    ),
+    GaugeSpec(
         "source_up",
         "1 when the last cycle read at least one pod's vLLM metrics, else 0.",
         lambda s: float(s.source_up),
@@ -271,6 +292,18 @@ class SnapshotCollector:
             if s.demand is not None and s.demand_kind is not None:
                 demand.add_metric([s.deployment, s.model_name, s.demand_kind.value], s.demand)
         yield demand
+        spread = GaugeMetricFamily(
+            PREFIX + "request_length_cv",
+            "Coefficient of variation of request lengths from vLLM's token histograms, "
+            "smoothed over the last 10 windows, as of the last cycle.",
+            labels=(*LABELS, "kind"),
+        )
+        for s in snapshot.deployments:
+            for kind in LengthCvKind:
+                cv = s.traffic.length_cv(kind)
+                if cv is not None:
+                    spread.add_metric([s.deployment, s.model_name, kind.value], cv)
+        yield spread
 
 
 class BuildInfoCollector:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.config import DeploymentConfig
+from exporter.traffic import ModelInputs
 from model import ReplicaPlan, ServiceParams, Workload, analyze, replicas_for_slo
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
@@ -32,23 +33,27 @@ def forecast(
     *,
     size_for_rps: float,
     per_replica_rps: float,
+    inputs: ModelInputs | None = None,
 ) -> Forecast:
     """Size for a total rate and predict at a per-replica rate, corrected for the model's
-    mean relative error (TTFT, ITL) on recent windows."""
+    mean relative error (TTFT, ITL) on recent windows; `inputs` (default: the configured
+    options and server) carry the measured traffic shape."""
+    inputs = inputs or ModelInputs(dep.model, dep.server)
+    options, server = inputs.options, inputs.server
     # prediction / factor is the corrected prediction, so a target T is met where the raw
     # prediction stays within T x factor.
     f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
     plan = replicas_for_slo(
         size_for_rps,
         params,
-        dep.server,
+        server,
         workload,
         None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
         None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
         min_replicas=dep.serving_min_replicas,
-        options=dep.model,
+        options=options,
     )
-    at = analyze(params, dep.server, workload, per_replica_rps, options=dep.model)
+    at = analyze(params, server, workload, per_replica_rps, options=options)
     return Forecast(
         plan=plan,
         ttft_ms=float(at.ttft_ms) / f_ttft,

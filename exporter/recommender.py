@@ -18,7 +18,9 @@ import numpy as np
 from exporter.config import DemandKind, DeploymentConfig
 from exporter.forecast import forecast
 from exporter.reading.observations import DeploymentObservation, ObservationStatus
+from exporter.reading.saturation import Saturation
 from exporter.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
+from exporter.traffic import ModelInputs
 from model import ServiceParams, Workload
 
 # Look-ahead: the trend is a least-squares slope over this many recent windows (at least 3).
@@ -33,6 +35,11 @@ def waiting_queue_grows(obs: DeploymentObservation) -> bool:
     """The backlog grew over the window and requests were waiting for a batch slot."""
     waiting = obs.avg_waiting_per_pod
     return obs.queue_growing and waiting is not None and waiting >= MIN_WAITING_FOR_SATURATION
+
+
+def preempted(obs: DeploymentObservation) -> bool:
+    """vLLM preempted requests in the window: the KV cache ran out, the window is saturated."""
+    return Saturation.PREEMPTIONS in obs.saturation
 
 
 class Reason(StrEnum):
@@ -113,7 +120,7 @@ def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | N
     if predicted is None and obs is None:
         return None
     model_says = predicted is not None and math.isinf(predicted)
-    return model_says or (obs is not None and waiting_queue_grows(obs))
+    return model_says or (obs is not None and (waiting_queue_grows(obs) or preempted(obs)))
 
 
 # slo_headroom_ratio is capped: no load (or a tiny one) would otherwise give +Inf.
@@ -153,13 +160,15 @@ class Recommender:
         params: ServiceParams | None,
         workload: Workload | None,
         bias: tuple[float, float] | None = None,
+        inputs: ModelInputs | None = None,
         *,
         demand: float | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
-        `demand` is the scale_from_zero query's value (None: not read)."""
-        decision = self._decide(now_s, observation, params, workload, bias)
+        `inputs` the model's options and limits for the measured traffic; `demand` is the
+        scale_from_zero query's value (None: not read)."""
+        decision = self._decide(now_s, observation, params, workload, bias, inputs)
         if self._gate is not None:
             pods = pods_state(observation)
             verdict = self._gate.judge(now_s, pods, demand)
@@ -221,6 +230,7 @@ class Recommender:
         params: ServiceParams | None,
         workload: Workload | None,
         bias: tuple[float, float] | None,
+        inputs: ModelInputs | None,
     ) -> Decision:
         dep = self._dep
         if obs is None or obs.status in _UNUSABLE:
@@ -246,7 +256,7 @@ class Recommender:
         sizing_rate = self.projected_rate(rate)
         outlook = forecast(
             dep, params, workload, bias, size_for_rps=sizing_rate,
-            per_replica_rps=rate / max(current, 1),
+            per_replica_rps=rate / max(current, 1), inputs=inputs,
         )  # fmt: skip
         plan = outlook.plan
         extra = {

@@ -24,6 +24,7 @@ from exporter.exposition import BuildInfoCollector, Signal
 from exporter.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
 from exporter.recommender import Reason
+from exporter.traffic import LengthCvKind
 from model import ServerConfig, TunerReason, TunerState
 from tests.conftest import REPO_ROOT
 
@@ -33,6 +34,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_tuner_reason{reason}": TunerReason,
     "vllm_sizer_fit_error_ratio{signal}": Signal,
     "vllm_sizer_demand{kind}": DemandKind,
+    "vllm_sizer_request_length_cv{kind}": LengthCvKind,
     "vllm_sizer_scrape_errors_total{source}": SourceKind,
     "vllm_sizer_scrape_errors_total{reason}": FailureReason,
     "vllm_sizer_observation_problems_total{problem}": Problem,

@@ -16,15 +16,18 @@ from exporter.commands.fleet_options import (
     MAX_TIME_SCALE,
     add_fleet_options,
     add_renamed_flag,
+    check_traffic_options,
     int_flag,
     number_flag,
     parse_fleet_options,
+    parse_traffic_options,
 )
 from exporter.emulation.emulator import DEFAULT_KV_CAPACITY_TOKENS, EmulatedFleet
 from model.simulation.simulator import Router
 from model.simulation.workloads import RateProfile
 
 STATUS_PERIOD_S = 10.0
+MODULATED_S = 7 * 86_400.0  # simulated time the modulated rate covers; its last rate holds after
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _check_emulate(args: argparse.Namespace) -> str | None:
+    traffic_problem = check_traffic_options(args)
+    if traffic_problem is not None:
+        return traffic_problem
     if args.base_port is not None and args.base_port + args.replicas - 1 > 65535:
         return (f"argument --base-port: must be <= {65536 - args.replicas} for "
                 f"{args.replicas} replicas, got {args.base_port}")
@@ -63,11 +69,17 @@ def _run_emulate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         params, server, n_in, n_out = parse_fleet_options(args)
-        arrivals = (RateProfile.paper(args.paper_profile) if args.paper_profile is not None
-                    else args.rate_rps)
+        traffic = parse_traffic_options(args)
+        rng = np.random.default_rng(args.seed)
+        arrivals: RateProfile | float = args.rate_rps
+        if args.paper_profile is not None:
+            arrivals = RateProfile.paper(args.paper_profile)
+        elif traffic.burst_ratio != 1.0 and args.rate_rps > 0:
+            arrivals = traffic.profile(args.rate_rps, MODULATED_S, rng)
         fleet = EmulatedFleet(
-            params, server, rng=np.random.default_rng(args.seed), arrivals=arrivals,
+            params, server, rng=rng, arrivals=arrivals,
             input_lengths=n_in, output_lengths=n_out, interarrival_cv=args.interarrival_cv,
+            pairs=traffic.pairs, prefix_hit_share=traffic.prefix_hit_share,
             model_name=args.model_name, replicas=args.replicas, time_scale=args.time_scale,
             router=Router(args.router),
             kv_capacity_tokens=args.kv_capacity_tokens or DEFAULT_KV_CAPACITY_TOKENS,

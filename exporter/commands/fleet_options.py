@@ -9,17 +9,22 @@ every run finite in memory and time.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_QUEUE_SIZE
 from model.queueing.params import ServerConfig, ServiceParams
+from model.simulation.modulation import modulated_profile
 from model.simulation.simulator import Router
-from model.simulation.workloads import LengthDist, LengthKind
+from model.simulation.workloads import LengthDist, LengthKind, LengthPairs, RateProfile
 
 # Paper Table I, Llama-3.1-8B on H100 (ms).
 DEFAULT_PARAMS = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)
@@ -34,6 +39,9 @@ MAX_REPLICAS = 1_000  # simulated or emulated; each emulated one serves its own 
 MAX_DURATION_S = 1e6  # simulated or wall seconds of one run
 MAX_TIME_SCALE = 1_000.0  # simulated seconds per wall second an emulator keeps up with
 MAX_KV_TOKENS = 10**9
+MAX_BURST_RATIO = 1_000.0
+MAX_PREFIX_HIT_SHARE = 0.99  # at least one prompt token is always computed
+MAX_LENGTH_PAIRS = 10_000_000  # rows of a --lengths-csv file
 
 
 def _shown(text: str) -> str:
@@ -144,6 +152,16 @@ def add_fleet_options(p: argparse.ArgumentParser) -> None:
                    help="coefficient of variation of the lognormal law")
     p.add_argument("--interarrival-cv", type=cv, default=1.0,
                    help="coefficient of variation of inter-arrival times: 0 constant, 1 Poisson")
+    p.add_argument("--lengths-csv", type=input_file, metavar="PATH",
+                   help="draw (prompt, output) pairs jointly from a CSV with columns "
+                   "input_tokens, output_tokens, instead of --lengths")
+    p.add_argument("--burst-ratio", type=number_flag(1.0, MAX_BURST_RATIO), default=1.0,
+                   help="two-rate modulated arrivals: high over low rate at the same mean "
+                   "(1: off)")
+    p.add_argument("--burst-period-s", type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
+                   default=60.0, help="mean time at each rate of the modulated arrivals, s")
+    p.add_argument("--prefix-hit-share", type=number_flag(0.0, MAX_PREFIX_HIT_SHARE),
+                   default=0.0, help="share of every prompt served from the prefix cache")
     p.add_argument("--paper-profile", type=number_flag(0.0, MAX_RATE_RPS, low_inclusive=False),
                    metavar="BASE_RPS",
                    help="follow the paper's 44-minute ramp (Table IV) from this baseline, req/s, "
@@ -171,3 +189,52 @@ def parse_fleet_options(
         LengthDist(kind, args.input_tokens, cv=args.length_cv),
         LengthDist(kind, args.output_tokens, cv=args.length_cv),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficOptions:
+    """The realistic-traffic options: recorded length pairs, prefix-cache hits, modulated
+    arrivals (a burst ratio of 1 is off)."""
+
+    pairs: LengthPairs | None
+    prefix_hit_share: float
+    burst_ratio: float
+    burst_period_s: float
+
+    def profile(self, rate_rps: float, duration_s: float, rng: np.random.Generator) -> RateProfile:
+        """The arrival rate over `duration_s`: constant, or modulated between two rates."""
+        if self.burst_ratio == 1.0:
+            return RateProfile.constant(rate_rps, duration_s)
+        return modulated_profile(
+            rate_rps, duration_s, rng, ratio=self.burst_ratio, period_s=self.burst_period_s
+        )
+
+
+def parse_traffic_options(args: argparse.Namespace) -> TrafficOptions:
+    """The realistic-traffic options (ValueError naming the file if --lengths-csv is bad)."""
+    pairs = None if args.lengths_csv is None else load_length_pairs(args.lengths_csv)
+    return TrafficOptions(pairs, args.prefix_hit_share, args.burst_ratio, args.burst_period_s)
+
+
+def check_traffic_options(args: argparse.Namespace) -> str | None:
+    """Modulation needs a constant base rate: the paper profile has its own shape."""
+    if args.burst_ratio != 1.0 and args.paper_profile is not None:
+        return "argument --burst-ratio: cannot modulate --paper-profile (use a constant rate)"
+    return None
+
+
+def load_length_pairs(path: Path) -> LengthPairs:
+    """(prompt, output) token counts from a CSV with columns input_tokens, output_tokens."""
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if len(rows) > MAX_LENGTH_PAIRS:
+        raise ValueError(f"{path}: more than {MAX_LENGTH_PAIRS} rows")
+    try:
+        return LengthPairs(
+            np.array([int(r["input_tokens"]) for r in rows], dtype=np.int64),
+            np.array([int(r["output_tokens"]) for r in rows], dtype=np.int64),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{path}: length pairs need integer columns input_tokens, output_tokens >= 1 ({exc})"
+        ) from exc

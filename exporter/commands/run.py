@@ -26,6 +26,7 @@ from exporter.daemon import Daemon
 from exporter.errors import ConfigError
 from exporter.exposition import BuildInfoCollector
 from exporter.operation_metrics import SkippedEvent
+from exporter.reading.arrival_sampler import build_samplers
 from exporter.scheduler import PeriodicScheduler
 from exporter.server import SizerHTTPServer
 from exporter.sources_from_config import build_demand_sources, build_sources
@@ -76,6 +77,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
+    samplers = build_samplers(config.deployments, clock)
     daemon = Daemon(
         config,
         build_sources(config, clock),
@@ -83,6 +85,7 @@ def run_daemon(args: argparse.Namespace) -> int:
         clock,
         statefile,
         demand=build_demand_sources(config),
+        samplers=samplers,
     )
     unwritable = None if statefile is None else statefile.check_writable()
     if unwritable is not None:
@@ -125,6 +128,8 @@ def run_daemon(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    for sampler in samplers.values():
+        sampler.start()
     scheduler.start()
     try:
         stop.wait()
@@ -134,6 +139,8 @@ def run_daemon(args: argparse.Namespace) -> int:
             logger.warning("stopping without the running cycle: it took over %gs", STOP_GRACE_S)
         server.stop()
         daemon.close()
+        for sampler in samplers.values():
+            sampler.stop()
         _exit_if_threads_linger(clock, deadline_s)
     return 0
 

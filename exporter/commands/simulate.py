@@ -16,11 +16,14 @@ from numpy.typing import NDArray
 from exporter.commands.fleet_options import (
     MAX_DURATION_S,
     MAX_RATE_RPS,
+    TrafficOptions,
     add_fleet_options,
+    check_traffic_options,
     input_file,
     number_flag,
     output_file,
     parse_fleet_options,
+    parse_traffic_options,
 )
 from model.simulation.simulator import Router, Simulator
 from model.simulation.workloads import LengthDist, RateProfile, RequestTrace, draw_trace
@@ -82,6 +85,9 @@ def _check_simulate(args: argparse.Namespace) -> str | None:
     expected requests, and the prefill iterations of their prompts)."""
     if args.trace is not None:
         return None
+    traffic_problem = check_traffic_options(args)
+    if traffic_problem is not None:
+        return traffic_problem
     if args.paper_profile is not None:
         profile = RateProfile.paper(args.paper_profile)
         requests, flag = float(profile.cumulative(profile.duration_s)), "--paper-profile"
@@ -103,7 +109,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     """Simulate each load on fresh replicas and print mean and p50/p90/p99 TTFT and ITL (ms)."""
     try:
         params, server, n_in, n_out = parse_fleet_options(args)
-        loads = _loads(args, n_in, n_out)
+        loads = _loads(args, n_in, n_out, parse_traffic_options(args))
     except (ValueError, OSError) as exc:
         print(f"vllm-sizer simulate: {exc}", file=sys.stderr)
         return 2
@@ -138,7 +144,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
 
 def _loads(
-    args: argparse.Namespace, n_in: LengthDist, n_out: LengthDist
+    args: argparse.Namespace, n_in: LengthDist, n_out: LengthDist, traffic: TrafficOptions
 ) -> list[tuple[str, RequestTrace, float]]:
     """(label, requests, warm-up s) per load: a replayed trace, the paper profile, or rates."""
     if args.trace is not None:
@@ -146,13 +152,16 @@ def _loads(
     if args.paper_profile is not None:
         profile = RateProfile.paper(args.paper_profile)
         trace = draw_trace(profile, n_in, n_out, np.random.default_rng(args.seed),
-                           cv=args.interarrival_cv)
+                           cv=args.interarrival_cv, pairs=traffic.pairs,
+                           prefix_hit_share=traffic.prefix_hit_share)
         return [("paper-profile", trace, 0.0)]
     out = []
     for rate in args.rates:
-        profile = RateProfile.constant(rate, args.duration_s)
-        trace = draw_trace(profile, n_in, n_out, np.random.default_rng(args.seed),
-                           duration_s=args.duration_s, cv=args.interarrival_cv)
+        rng = np.random.default_rng(args.seed)
+        profile = traffic.profile(rate, args.duration_s, rng)
+        trace = draw_trace(profile, n_in, n_out, rng, duration_s=args.duration_s,
+                           cv=args.interarrival_cv, pairs=traffic.pairs,
+                           prefix_hit_share=traffic.prefix_hit_share)
         out.append((f"{rate:g}", trace, float(args.warmup_s)))
     return out
 

@@ -56,8 +56,10 @@ from model.simulation.workloads import (
     ArrivalStream,
     LengthDist,
     LengthKind,
+    LengthPairs,
     RateProfile,
     RequestTrace,
+    cached_prefix_tokens,
 )
 
 logger = logging.getLogger(__name__)
@@ -124,6 +126,8 @@ class EmulatedFleet:
         input_lengths: LengthDist | None = None,
         output_lengths: LengthDist | None = None,
         interarrival_cv: float = 1.0,
+        pairs: LengthPairs | None = None,
+        prefix_hit_share: float = 0.0,
         model_name: str = "emulated",
         replicas: int = 1,
         time_scale: float = 1.0,
@@ -145,6 +149,9 @@ class EmulatedFleet:
         self._rng = rng
         self._in = input_lengths or LengthDist(LengthKind.UNIFORM, 1024)
         self._out = output_lengths or LengthDist(LengthKind.UNIFORM, 512)
+        self._pairs = pairs  # recorded (prompt, output) pairs instead of the two laws
+        cached_prefix_tokens(np.ones(1, dtype=np.int64), prefix_hit_share)  # checks the share
+        self._prefix_hit_share = prefix_hit_share
         profile = arrivals if isinstance(arrivals, RateProfile) else RateProfile.constant(arrivals)
         self._stream = ArrivalStream(profile, rng, cv=require_non_negative("interarrival_cv",
                                                                            interarrival_cv))
@@ -326,9 +333,13 @@ class EmulatedFleet:
             return
         times = self._stream.draw_until(target)
         if times.size:
-            n_in = self._in.sample(times.size, self._rng)
-            n_out = self._out.sample(times.size, self._rng)
-            self._sim.add_requests(RequestTrace(times, n_in, n_out))
+            if self._pairs is None:
+                n_in = self._in.sample(times.size, self._rng)
+                n_out = self._out.sample(times.size, self._rng)
+            else:
+                n_in, n_out = self._pairs.sample(times.size, self._rng)
+            cached = cached_prefix_tokens(n_in, self._prefix_hit_share)
+            self._sim.add_requests(RequestTrace(times, n_in, n_out, cached))
         self._sim.run(target)
         requests = self._sim.requests
         for record in self._sim.drain_records():

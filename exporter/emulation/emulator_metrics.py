@@ -4,7 +4,8 @@ collector-spec §4.
 
 `ReplicaMetrics` is a prometheus-client collector: the simulation thread feeds it iteration
 records (`apply`) and gauges; scrapes read a copy taken under its own lock, so a scrape never
-waits for a simulation step. Families vLLM has but the emulator does not model (prefix and
+waits for a simulation step. The local prefix cache is counted from each
+request's cached prompt tokens; families vLLM has but the emulator does not model (external and
 multi-modal caches, FLOP estimates, LoRA) are exported at zero so the exposition has the same
 family set as the real one.
 """
@@ -199,7 +200,7 @@ class ReplicaMetrics:
         self._created_s = created_s
         self._lock = threading.Lock()
         self._counters = {"prompt": 0.0, "generation": 0.0, "preemptions": 0.0, "success": 0.0,
-                          "rejected": 0.0}
+                          "rejected": 0.0, "cached": 0.0}
         self._gauges = {"running": 0.0, "waiting": 0.0, "kv": 0.0}
         bounds = {
             "tokens": token_buckets(max_model_len), "iteration": ITERATION_TOKEN_BUCKETS,
@@ -226,10 +227,11 @@ class ReplicaMetrics:
             "itl": (record.gap_s, record.gap_weight.astype(np.float64)),
         }
         first = record.first_token_ids
-        prompt = 0.0
+        prompt = cached = 0.0
         if first.size:
             obs["ttft"] = (requests.first_token_s[first] - requests.arrival_s[first], None)
             prompt = float(requests.input_tokens[first].sum())
+            cached = float(requests.cached_tokens[first].sum())
         done = record.finished_ids
         if done.size:
             n_in = requests.input_tokens[done].astype(np.float64)
@@ -245,13 +247,14 @@ class ReplicaMetrics:
                 ("tpot", tpot), ("e2e", finish - arrival), ("queue", sched - arrival),
                 ("inference", finish - sched), ("prefill", first_s - sched), ("decode", decode),
                 ("preemptions", requests.preemptions[done].astype(np.float64)),
-                ("kv_computed", n_in),
+                ("kv_computed", n_in - requests.cached_tokens[done]),
             ):
                 obs[key] = (values, None)
         with self._lock:
             self._counters["generation"] += record.emitted_tokens
             self._counters["preemptions"] += record.preemptions
             self._counters["prompt"] += prompt
+            self._counters["cached"] += cached
             self._counters["success"] += done.size
             for key, (values, weights) in obs.items():
                 self._hists[key].observe(values, weights)
@@ -275,7 +278,7 @@ class ReplicaMetrics:
             gauges = dict(self._gauges)
             hists = {key: h.copy() for key, h in self._hists.items()}
         lab = self._labels
-        waiting, prompt = gauges["waiting"], counters["prompt"]
+        waiting, prompt, cached = gauges["waiting"], counters["prompt"], counters["cached"]
         for name, doc in _COUNTERS_ZERO:
             yield self._counter(name, doc, [(lab, 0.0)])
         yield self._gauge("vllm:num_requests_running", [(lab, gauges["running"])])
@@ -289,22 +292,25 @@ class ReplicaMetrics:
             [(lab | {"sleep_state": s}, 1.0 if s == "awake" else 0.0) for s in _SLEEP_STATES],
         )
         yield self._gauge("vllm:kv_cache_usage_perc", [(lab, gauges["kv"])])
+        # Prefix caching counted at the first token, in tokens: every prompt token is looked up,
+        # the cached prefix hits (the device tier).
+        local = {"vllm:prefix_cache_queries": prompt, "vllm:prefix_cache_hits": cached}
         for name, doc in _CACHE_COUNTERS:
-            queried = prompt if name == "vllm:prefix_cache_queries" else 0.0
-            yield self._counter(name, doc, [(lab, queried)])
+            yield self._counter(name, doc, [(lab, local.get(name, 0.0))])
         yield self._counter("vllm:num_preemptions", _HELP["vllm:num_preemptions"],
                             [(lab, counters["preemptions"])])
         yield self._counter("vllm:prompt_tokens", _HELP["vllm:prompt_tokens"], [(lab, prompt)])
         yield self._counter(
             "vllm:prompt_tokens_by_source", _HELP["vllm:prompt_tokens_by_source"],
-            [(lab | {"source": s}, prompt if s == "local_compute" else 0.0)
+            [(lab | {"source": s},
+              {"local_compute": prompt - cached, "local_cache_hit": cached}.get(s, 0.0))
              for s in _PROMPT_SOURCES],
         )
         yield self._counter("vllm:prompt_tokens_cached", _HELP["vllm:prompt_tokens_cached"],
-                            [(lab, 0.0)])
+                            [(lab, cached)])
         yield self._counter(
             "vllm:prompt_tokens_cached_by_source", _HELP["vllm:prompt_tokens_cached_by_source"],
-            [(lab | {"source": s}, 0.0) for s in _CACHED_SOURCES],
+            [(lab | {"source": s}, cached if s == "device" else 0.0) for s in _CACHED_SOURCES],
         )
         yield self._counter("vllm:generation_tokens", _HELP["vllm:generation_tokens"],
                             [(lab, counters["generation"])])

@@ -2,7 +2,10 @@
 
 Each pod seen OK in both reads gives a pod observation (exporter.reading.pod_observation); the
 deployment's rates are summed over pods, its means weighted by their counts (sum of sums over
-sum of counts), so an idle pod adds throughput but no latency. A window without completions has
+sum of counts), so an idle pod adds throughput but no latency. Windowed histograms are added
+over pods with the same bucket bounds (a pod with other bounds is left out of them and flagged);
+the prefix-cache hit ratio is hit tokens over looked-up tokens of all pods; the KV capacity is
+the smallest pod's. A window without completions has
 no latency observation (None), never zeros.
 """
 
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -32,6 +35,7 @@ from exporter.reading.vllm_metrics import (
     PodSample,
     SampleStatus,
 )
+from model.calibration.histogram import WindowHistogram
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +99,12 @@ class DeploymentObservation:
     requests_in_flight: float | None = None
     skipped_lines: int = 0  # unparseable exposition lines in the end read, all pods
     rejected_samples: int = 0  # NaN/Inf/negative/mistyped samples in the end read, all pods
+    windows: Mapping[HistogramName, WindowHistogram] = field(default_factory=dict)
+    cached_prompt_ratio: float | None = None  # prompt tokens served from the prefix cache
+    kv_capacity_tokens: float | None = None  # per pod, the smallest: num_gpu_blocks x block_size
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "windows", MappingProxyType(dict(self.windows)))
 
     @property
     def read_pods(self) -> int:
@@ -149,6 +159,12 @@ def observe_deployment(
             ", ".join(exposed) or "(no model_name label)",
         )
     sums = _sum_deltas(pods)
+    windows, mismatched = _sum_windows(pods)
+    if mismatched:
+        problems.add(Problem.BAD_BUCKETS)
+    hits = [p.cache_hits for p in pods if p.cache_hits is not None]
+    queried = sum(h.queried_tokens for h in hits)
+    capacities = [p.kv_capacity_tokens for p in pods if p.kv_capacity_tokens is not None]
     # Pods known to exist (they answered, or a read of them failed) but without a usable delta
     # still serve traffic: their load is estimated from the observed pods' mean, never zero.
     failed = {f.pod for f in end.failures} - after.keys()
@@ -189,6 +205,9 @@ def observe_deployment(
         requests_in_flight=_in_flight(after.values()),
         skipped_lines=sum(s.skipped_lines for s in end.samples),
         rejected_samples=sum(s.rejected_samples for s in end.samples),
+        windows=windows,
+        cached_prompt_ratio=sum(h.hit_tokens for h in hits) / queried if queried > 0 else None,
+        kv_capacity_tokens=min(capacities) if capacities else None,
     )
 
 
@@ -260,3 +279,22 @@ def _sum_deltas(pods: list[PodObservation]) -> dict[HistogramName, HistogramTota
             acc = sums.get(name, HistogramTotals(0.0, 0.0))
             sums[name] = HistogramTotals(acc.sum + d.sum, acc.count + d.count)
     return sums
+
+
+def _sum_windows(
+    pods: list[PodObservation],
+) -> tuple[dict[HistogramName, WindowHistogram], bool]:
+    """Each windowed histogram added over the pods; a pod whose bounds differ from the first
+    pod's is left out (True: some pod was)."""
+    sums: dict[HistogramName, WindowHistogram] = {}
+    mismatched = False
+    for pod in pods:
+        for name, window in pod.windows.items():
+            acc = sums.get(name)
+            if acc is None:
+                sums[name] = window
+            elif acc.same_bounds(window):
+                sums[name] = acc + window
+            else:
+                mismatched = True
+    return sums, mismatched

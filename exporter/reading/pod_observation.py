@@ -7,6 +7,9 @@ Over the window W between a pod's two samples:
 - means from histogram `_sum`/`_count` increases: input/output tokens per completed request,
   TTFT and ITL (s -> ms); running and waiting by Little's law from the inference- and
   queue-time histograms (time-averages over W), else the mean of the two gauge readings.
+- the windowed histograms of the bucketed histograms (exporter.reading.vllm_buckets), and the
+  prompt tokens served from the prefix cache: `prompt_tokens_cached` over `prompt_tokens`, or
+  (older vLLM) prefix-cache hits over queries.
 A decrease of any cumulative value, or a new process start time, is a restart: every value is
 counted from zero, as Prometheus `rate()` does. A window without completions has no latency
 observation (None), never zeros.
@@ -20,6 +23,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from exporter.reading.saturation import Saturation, backlog_growing, saturation_signs
+from exporter.reading.vllm_buckets import bucket_delta
 from exporter.reading.vllm_metrics import (
     CounterName,
     GaugeName,
@@ -27,6 +31,7 @@ from exporter.reading.vllm_metrics import (
     HistogramTotals,
     PodSample,
 )
+from model.calibration.histogram import WindowHistogram
 
 MS_PER_S = 1000.0
 # Process start times differ by more than this (s) => a different process, hence a reset.
@@ -78,6 +83,16 @@ class Problem(StrEnum):
     COUNTERS_INCONSISTENT = "counters_inconsistent"  # counters fell without a restart
     NON_STATIONARY = "non_stationary"  # the rate moved too much for the tuner to fit the window
     INVALID_OBSERVATION = "invalid_observation"  # the window's figures fail the tuner's checks
+    BAD_BUCKETS = "bad_buckets"  # histogram buckets not monotone in le, or bounds changed
+    SAMPLER_GAP = "sampler_gap"  # the 1 s arrival sampler missed or reset: no arrival CV
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHits:
+    """Prompt tokens served from the prefix cache out of those looked up, over a window."""
+
+    hit_tokens: float
+    queried_tokens: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,9 +118,13 @@ class PodObservation:
     problems: tuple[Problem, ...]
     deltas: Mapping[HistogramName, HistogramTotals] = field(default_factory=dict)
     saturation: tuple[Saturation, ...] = ()
+    windows: Mapping[HistogramName, WindowHistogram] = field(default_factory=dict)
+    cache_hits: CacheHits | None = None
+    kv_capacity_tokens: float | None = None  # at the window's end
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "deltas", MappingProxyType(dict(self.deltas)))
+        object.__setattr__(self, "windows", MappingProxyType(dict(self.windows)))
 
 
 def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
@@ -121,6 +140,10 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
     completed = _increase(start.counters, end.counters, CounterName.REQUEST_SUCCESS, reset)
     completed = 0.0 if completed is None else completed  # OK samples always carry it
     deltas = _histogram_deltas(start, end, reset)
+    windows = _bucket_windows(start, end, reset, deltas)
+    readable = [n for n in end.buckets if n in deltas and (reset or n in start.buckets)]
+    if end.bad_buckets or len(windows) < len(readable):
+        problems.append(Problem.BAD_BUCKETS)
     # Token fallback (biased on ramps, spec §7.3.8): counters over completions, only when the
     # per-request histograms are absent.
     for hist, counter in (
@@ -175,6 +198,9 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
             kv,
             preempted,
         ),
+        windows=windows,
+        cache_hits=_cache_hits(start, end, reset),
+        kv_capacity_tokens=end.kv_capacity_tokens,
     )
 
 
@@ -212,6 +238,45 @@ def _histogram_deltas(
             first = start.histograms[name]
             deltas[name] = HistogramTotals(totals.sum - first.sum, totals.count - first.count)
     return deltas
+
+
+def _bucket_windows(
+    start: PodSample,
+    end: PodSample,
+    reset: bool,
+    deltas: Mapping[HistogramName, HistogramTotals],
+) -> dict[HistogramName, WindowHistogram]:
+    """The window's histogram of each bucketed histogram read at both ends (or since a
+    restart); bounds that changed or buckets that fell give none."""
+    windows: dict[HistogramName, WindowHistogram] = {}
+    for name, buckets in end.buckets.items():
+        totals = deltas.get(name)
+        if totals is None:
+            continue
+        window = bucket_delta(
+            start.buckets.get(name),
+            buckets,
+            reset=reset,
+            sum_delta=totals.sum,
+            count_delta=totals.count,
+        )
+        if window is not None:
+            windows[name] = window
+    return windows
+
+
+def _cache_hits(start: PodSample, end: PodSample, reset: bool) -> CacheHits | None:
+    """Cached prompt tokens over all prompt tokens in the window; else prefix-cache hits over
+    queries (older vLLM); None when neither pair was read or nothing was looked up."""
+    for hits, of in (
+        (CounterName.PROMPT_TOKENS_CACHED, CounterName.PROMPT_TOKENS),
+        (CounterName.PREFIX_CACHE_HITS, CounterName.PREFIX_CACHE_QUERIES),
+    ):
+        hit = _increase(start.counters, end.counters, hits, reset)
+        total = _increase(start.counters, end.counters, of, reset)
+        if hit is not None and total is not None and total > 0:
+            return CacheHits(min(max(hit, 0.0), total), total)
+    return None
 
 
 def histogram_mean(totals: HistogramTotals | None, scale: float = 1.0) -> float | None:

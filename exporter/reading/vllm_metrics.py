@@ -18,10 +18,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-
 from exporter.errors import ScrapeError
+from exporter.reading.exposition_text import PARSER_ERRORS, parse_families
+from exporter.reading.vllm_buckets import BUCKET_SUFFIX, BucketAccumulator, CumulativeBuckets
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +35,9 @@ class CounterName(StrEnum):
     PROMPT_TOKENS = "prompt_tokens"
     GENERATION_TOKENS = "generation_tokens"
     PREEMPTIONS = "num_preemptions"
+    PROMPT_TOKENS_CACHED = "prompt_tokens_cached"
+    PREFIX_CACHE_HITS = "prefix_cache_hits"
+    PREFIX_CACHE_QUERIES = "prefix_cache_queries"
 
 
 class HistogramName(StrEnum):
@@ -76,6 +78,16 @@ COUNTER_SOURCES: Mapping[CounterName, tuple[str, ...]] = MappingProxyType(
         CounterName.PROMPT_TOKENS: ("vllm:prompt_tokens_total",),
         CounterName.GENERATION_TOKENS: ("vllm:generation_tokens_total",),
         CounterName.PREEMPTIONS: ("vllm:num_preemptions_total",),
+        CounterName.PROMPT_TOKENS_CACHED: ("vllm:prompt_tokens_cached_total",),
+        # The legacy names counted blocks, the new ones tokens: only their ratio is used.
+        CounterName.PREFIX_CACHE_HITS: (
+            "vllm:prefix_cache_hits_total",
+            "vllm:gpu_prefix_cache_hits_total",
+        ),
+        CounterName.PREFIX_CACHE_QUERIES: (
+            "vllm:prefix_cache_queries_total",
+            "vllm:gpu_prefix_cache_queries_total",
+        ),
     }
 )
 HISTOGRAM_SOURCES: Mapping[HistogramName, tuple[str, ...]] = MappingProxyType(
@@ -100,18 +112,34 @@ GAUGE_SOURCES: Mapping[GaugeName, tuple[str, ...]] = MappingProxyType(
     }
 )
 REQUIRED_COUNTERS = (CounterName.REQUEST_SUCCESS,)
+# Histograms whose buckets are read too (percentiles.md §2): the token lengths give the length
+# spread, the latencies SLO attainment at a bucket bound.
+BUCKETED = frozenset(
+    {
+        HistogramName.PROMPT_LEN,
+        HistogramName.GENERATION_LEN,
+        HistogramName.TTFT_S,
+        HistogramName.ITL_S,
+        HistogramName.REQUEST_TPOT_S,
+    }
+)
+# vLLM's KV-cache configuration: a gauge fixed at 1 whose labels are CacheConfig's fields
+# (ecosystem §1.1); it has no model_name label. Capacity = num_gpu_blocks x block_size.
+CACHE_CONFIG_METRIC = "vllm:cache_config_info"
 
 
 def wanted_sample_names(*, escaped: bool = False) -> frozenset[str]:
     """Every sample name this module reads; with `escaped`, also their '_' spellings."""
-    names = {PROCESS_START_METRIC}
+    names = {PROCESS_START_METRIC, CACHE_CONFIG_METRIC}
     for candidates in COUNTER_SOURCES.values():
         names.update(candidates)
     for candidates in GAUGE_SOURCES.values():
         names.update(candidates)
-    for candidates in HISTOGRAM_SOURCES.values():
+    for histogram, candidates in HISTOGRAM_SOURCES.items():
         for base in candidates:
             names.update((base + "_sum", base + "_count"))
+            if histogram in BUCKETED:
+                names.add(base + BUCKET_SUFFIX)
     if escaped:
         names.update([escaped_name(n) for n in names])
     return frozenset(names)
@@ -139,14 +167,13 @@ _EXPECTED_TYPE: Mapping[str, str] = MappingProxyType(
             base + suffix: "histogram"
             for c in HISTOGRAM_SOURCES.values()
             for base in c
-            for suffix in ("_sum", "_count")
+            for suffix in ("_sum", "_count", BUCKET_SUFFIX)
         },
         PROCESS_START_METRIC: "gauge",
+        CACHE_CONFIG_METRIC: "gauge",
     }
 )
 _LAX_TYPES = frozenset({"unknown", "untyped"})
-# prometheus-client raises these on malformed text; anything else would be our bug.
-_PARSER_ERRORS = (ValueError, IndexError, KeyError, TypeError, UnicodeError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +205,9 @@ class PodSample:
     histograms: Mapping[HistogramName, HistogramTotals] = field(default_factory=dict)
     gauges: Mapping[GaugeName, float] = field(default_factory=dict)
     process_start_s: float | None = None
+    buckets: Mapping[HistogramName, CumulativeBuckets] = field(default_factory=dict)
+    bad_buckets: tuple[HistogramName, ...] = ()  # bucket sets that failed the checks
+    kv_capacity_tokens: float | None = None  # num_gpu_blocks x block_size, summed over engines
     model_names: tuple[str, ...] = ()
     legacy_names: tuple[str, ...] = ()
     skipped_lines: int = 0
@@ -188,6 +218,7 @@ class PodSample:
         object.__setattr__(self, "counters", MappingProxyType(dict(self.counters)))
         object.__setattr__(self, "histograms", MappingProxyType(dict(self.histograms)))
         object.__setattr__(self, "gauges", MappingProxyType(dict(self.gauges)))
+        object.__setattr__(self, "buckets", MappingProxyType(dict(self.buckets)))
 
     @property
     def ok(self) -> bool:
@@ -200,7 +231,7 @@ def parse_exposition(
 ) -> PodSample:
     """Exposition text -> PodSample; raises ScrapeError (reason parse) if nothing parses."""
     try:
-        families, skipped = _parse_families(text)
+        families, skipped = parse_families(text)
         series = [
             RawSeries(s.name, s.labels, s.value, family.type)
             for family in families
@@ -208,7 +239,7 @@ def parse_exposition(
             if s.name in _WANTED
         ]
         sample = sample_from_series(series, pod=pod, time_s=time_s, model_name=model_name)
-    except _PARSER_ERRORS as exc:
+    except PARSER_ERRORS as exc:
         raise ScrapeError(pod, f"unparseable exposition: {exc}") from exc
     if skipped:
         logger.debug("%s: skipped %d unparseable exposition lines", pod, skipped)
@@ -227,6 +258,8 @@ def sample_from_series(
     seen_vllm = False
     matched = False
     process_start: float | None = None
+    kv_capacity: float | None = None
+    bucket_acc = BucketAccumulator()
     wanted = [raw for raw in series if raw.name in _WANTED]
     canonical = {raw.name for raw in wanted if raw.name not in _ESCAPED}
     seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
@@ -244,6 +277,11 @@ def sample_from_series(
             if math.isfinite(raw.value) and raw.value > 0:
                 process_start = raw.value
             continue
+        if raw.name == CACHE_CONFIG_METRIC:
+            tokens = _kv_capacity_tokens(raw.labels)
+            if tokens is not None:
+                kv_capacity = (kv_capacity or 0.0) + tokens
+            continue
         seen_vllm = True
         model = raw.labels.get(MODEL_LABEL, "")
         models.add(model)
@@ -255,11 +293,14 @@ def sample_from_series(
             continue
         if raw.name in _KV_NAMES:
             kv_max[raw.name] = max(kv_max.get(raw.name, 0.0), raw.value)
+        elif raw.name.endswith(BUCKET_SUFFIX):
+            bucket_acc.add(raw.name.removesuffix(BUCKET_SUFFIX), raw.labels, raw.value)
         else:
             values[raw.name] = values.get(raw.name, 0.0) + raw.value
     values.update(kv_max)
     model_names = tuple(sorted(m for m in models if m))
     counters, histograms, gauges, legacy = _select_aliases(values)
+    buckets, bad_buckets = _select_buckets(bucket_acc, legacy)
     if not seen_vllm:
         status = SampleStatus.NO_VLLM_METRICS
     elif not matched:
@@ -284,6 +325,9 @@ def sample_from_series(
         histograms=histograms,
         gauges=gauges,
         process_start_s=process_start,
+        buckets=buckets,
+        bad_buckets=bad_buckets,
+        kv_capacity_tokens=kv_capacity,
         model_names=model_names,
         legacy_names=legacy,
         rejected_samples=rejected,
@@ -334,27 +378,30 @@ def _select_aliases(
     return counters, histograms, gauges, tuple(legacy)
 
 
-def _parse_families(text: str) -> tuple[list[Metric], int]:
-    """Whole-text parse; on a parser error, drop the lines that fail alone and parse again."""
+def _kv_capacity_tokens(labels: Mapping[str, str]) -> float | None:
+    """num_gpu_blocks x block_size from cache_config_info's labels; None unless both are
+    positive integers (vLLM writes "None" before the KV cache is profiled)."""
     try:
-        return list(text_string_to_metric_families(text)), 0
-    except _PARSER_ERRORS as exc:
-        # Salvage below: one garbage line must not hide a whole pod. The second parse of the
-        # kept lines may still fail; then the caller rejects the pod as a whole.
-        logger.debug("whole-text parse failed (%s); salvaging line by line", exc)
-    kept: list[str] = []
-    skipped = 0
-    for line in text.split("\n"):
-        if _line_parses(line):
-            kept.append(line)
-        else:
-            skipped += 1
-    return list(text_string_to_metric_families("\n".join(kept) + "\n")), skipped
+        blocks, size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
+    return float(blocks * size) if blocks > 0 and size > 0 else None
 
 
-def _line_parses(line: str) -> bool:
-    try:
-        list(text_string_to_metric_families(line + "\n"))
-    except _PARSER_ERRORS:
-        return False
-    return True
+def _select_buckets(
+    acc: BucketAccumulator, legacy: Iterable[str]
+) -> tuple[dict[HistogramName, CumulativeBuckets], tuple[HistogramName, ...]]:
+    """Buckets of the histogram names `_select_aliases` chose (the current name unless a
+    legacy one was used), and the histograms whose buckets failed the checks."""
+    summed, broken = acc.result()
+    used_legacy = set(legacy)
+    buckets: dict[HistogramName, CumulativeBuckets] = {}
+    bad: list[HistogramName] = []
+    for histogram in sorted(BUCKETED):
+        candidates = HISTOGRAM_SOURCES[histogram]
+        base = next((b for b in candidates if b in used_legacy), candidates[0])
+        if base in broken:
+            bad.append(histogram)
+        elif base in summed:
+            buckets[histogram] = summed[base]
+    return buckets, tuple(bad)

@@ -7,18 +7,25 @@ field, so a bad collector window never reaches a fit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from model.queueing.validation import (
     require_at_least,
     require_int_at_least,
+    require_non_negative,
     require_number,
     require_positive,
 )
+from model.queueing.variant import ModelOptions
 
 DEFAULT_WEIGHT = 1.0
+# CVs below this are rounded to 0 on a grid: a length or arrival law this narrow is fixed.
+MIN_GRID_CV = 0.05
+# Workload inputs of the refined variant an observation may carry (model/queueing/variant.py).
+WORKLOAD_CV_FIELDS = ("input_length_cv", "output_length_cv", "arrival_cv")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,7 +38,9 @@ class Observation:
     loss; `queue_growing` marks a window whose backlog grew (saturated: the steady-state model
     does not apply, so the tuner never fits it; spec §8); `synchronous` marks a closed
     concurrency-one benchmark run, which the refined model variant evaluates without the chain
-    (model/queueing/refined.py).
+    (model/queueing/refined.py). `input_length_cv`, `output_length_cv` and `arrival_cv` are the
+    workload's measured coefficients of variation in this window; the refined variant evaluates
+    the point with them in place of its options' (None: the options' value applies).
     """
 
     rate_rps: float
@@ -44,6 +53,9 @@ class Observation:
     weight: float = DEFAULT_WEIGHT
     queue_growing: bool = False
     synchronous: bool = False
+    input_length_cv: float | None = None
+    output_length_cv: float | None = None
+    arrival_cv: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("rate_rps", "avg_input_tokens", "ttft_ms", "itl_ms", "weight"):
@@ -66,6 +78,20 @@ class Observation:
             raise ValueError(f"`queue_growing` must be a bool, got {self.queue_growing!r}")
         if not isinstance(self.synchronous, bool):
             raise ValueError(f"`synchronous` must be a bool, got {self.synchronous!r}")
+        for name in WORKLOAD_CV_FIELDS:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, require_non_negative(name, getattr(self, name)))
+
+    def model_options(self, options: ModelOptions, *, grid: float | None = None) -> ModelOptions:
+        """`options` with this window's measured CVs in place of its own (refined variant);
+        with `grid` > 1, each CV rounded to the nearest power of `grid` (below
+        MIN_GRID_CV: 0), so that points with nearly equal CVs share one model evaluation."""
+        measured = {
+            name: _on_grid(value, grid)
+            for name in WORKLOAD_CV_FIELDS
+            if (value := getattr(self, name)) is not None
+        }
+        return with_workload_cvs(options, measured)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe mapping of every field (ms, req/s, unix s)."""
@@ -85,3 +111,24 @@ class Observation:
         if missing:
             raise ValueError(f"`observation` is missing keys {missing}")
         return cls(**dict(data))
+
+
+def _on_grid(cv: float, grid: float | None) -> float:
+    if grid is None:
+        return cv
+    if cv < MIN_GRID_CV:
+        return 0.0
+    return float(grid ** round(math.log(cv) / math.log(grid)))
+
+
+def with_workload_cvs(options: ModelOptions, cvs: Mapping[str, float]) -> ModelOptions:
+    """`options` with the workload CVs given by field name (WORKLOAD_CV_FIELDS); the paper
+    variant takes none."""
+    if not cvs or not options.refined:
+        return options
+    return replace(
+        options,
+        input_length_cv=cvs.get("input_length_cv", options.input_length_cv),
+        output_length_cv=cvs.get("output_length_cv", options.output_length_cv),
+        arrival_cv=cvs.get("arrival_cv", options.arrival_cv),
+    )

@@ -1,7 +1,10 @@
 """Relative TTFT and ITL residuals of a set of observations, in log-parameters. Tuner spec §3.
 
 Residuals are e = (pred - meas) / meas for TTFT and ITL, times sqrt(weight). One vectorised
-model call per max_batch_size evaluates every observation of one parameter vector. An
+model call per (max_batch_size, model options) evaluates every observation of one parameter
+vector; an observation carrying measured workload CVs is evaluated with them, rounded to
+within 5 % (a grid of powers of 1.1): the histograms resolve a CV to about +-25 %, and points of
+one steady workload then share a model call (ten distinct CVs made a fit 9x slower). An
 observation at or above the model's saturation rate gets a large finite residual, 1e4 x rate /
 saturation rate per metric (finite, never inf, so the optimizer's arithmetic stays finite),
 which pushes an optimizer back towards stability.
@@ -22,6 +25,7 @@ from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 FloatArray = NDArray[np.float64]
 
 JACOBIAN_STEP = 1e-3  # in log-parameters (about 0.1 % relative), central differences
+FIT_CV_GRID = 1.1  # measured CVs are evaluated at the nearest power of this
 UNSTABLE_RESIDUAL = 1e4  # per overloaded observation and metric, times rate / saturation rate
 # Log-parameter limits: far outside any physics, they only keep exp() finite and positive when
 # an unidentified parameter drifts.
@@ -60,15 +64,23 @@ class FitProblem:
         self.itl_ms = np.array([o.itl_ms for o in observations])
         self.sqrt_weight = np.sqrt(np.array([o.weight for o in observations]))
         self.synchronous = np.array([o.synchronous for o in observations], dtype=bool)
-        batch = np.array([o.max_batch_size or server.max_batch_size for o in observations])
-        self.groups: list[tuple[ServerConfig, NDArray[np.intp]]] = []
-        for size in np.unique(batch):
-            cfg = ServerConfig(
-                max_batch_size=int(size),
-                max_num_batched_tokens=server.max_num_batched_tokens,
-                max_queue_size=server.max_queue_size,
+        members: dict[tuple[int, ModelOptions], list[int]] = {}
+        for k, obs in enumerate(observations):
+            point = obs.model_options(options, grid=FIT_CV_GRID)
+            key = (obs.max_batch_size or server.max_batch_size, point)
+            members.setdefault(key, []).append(k)
+        self.groups: list[tuple[ServerConfig, ModelOptions, NDArray[np.intp]]] = [
+            (
+                ServerConfig(
+                    max_batch_size=size,
+                    max_num_batched_tokens=server.max_num_batched_tokens,
+                    max_queue_size=server.max_queue_size,
+                ),
+                point_options,
+                np.array(idx, dtype=np.intp),
             )
-            self.groups.append((cfg, np.flatnonzero(batch == size)))
+            for (size, point_options), idx in sorted(members.items(), key=lambda kv: kv[1][0])
+        ]
         self.evaluations = 0
 
     @property
@@ -79,14 +91,14 @@ class FitProblem:
         """Model TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) per point."""
         self.evaluations += 1
         if len(self.groups) == 1:
-            cfg = self.groups[0][0]
+            cfg, options = self.groups[0][0], self.groups[0][1]
             out = analyze_points(
                 params,
                 cfg,
                 self.n_tokens,
                 self.m_tokens,
                 self.rate_rps,
-                options=self.options,
+                options=options,
                 synchronous=self.synchronous,
             )
             return (
@@ -95,14 +107,14 @@ class FitProblem:
                 np.asarray(out.saturation_rate_rps),
             )
         ttft, itl, sat = (np.empty(self.size) for _ in range(3))
-        for cfg, idx in self.groups:
+        for cfg, options, idx in self.groups:
             out = analyze_points(
                 params,
                 cfg,
                 self.n_tokens[idx],
                 self.m_tokens[idx],
                 self.rate_rps[idx],
-                options=self.options,
+                options=options,
                 synchronous=self.synchronous[idx],
             )
             ttft[idx], itl[idx], sat[idx] = out.ttft_ms, out.itl_ms, out.saturation_rate_rps

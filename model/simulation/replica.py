@@ -280,13 +280,17 @@ class Replica:
         k_max = min(self._max_seqs - r, len(self.waiting), budget_left)
         head = self.waiting.peek(k_max)
         req = self._req
-        prompts = req.input_tokens[head] + req.emitted[head]  # preempted ones recompute outputs
+        # A cached prompt prefix is neither computed nor charged, but its KV is held (prefix
+        # caching); preempted requests recompute their outputs.
+        cached = req.cached_tokens[head]
+        prompts = req.input_tokens[head] - cached + req.emitted[head]
         prev = np.cumsum(prompts) - prompts
         n = int(np.searchsorted(prev, budget_left, side="left"))
         alloc = np.minimum(prompts[:n], budget_left - prev[:n])
         if self._kv_cap is not None:
             kv_free = self._kv_cap - int((self._context[:r] + self._alloc[:r]).sum())
-            n = min(n, int(np.searchsorted(np.cumsum(alloc), kv_free, side="right")))
+            held = np.cumsum(alloc + cached[:n])
+            n = min(n, int(np.searchsorted(held, kv_free, side="right")))
             alloc = alloc[:n]
         if n == 0:
             return r
@@ -295,7 +299,7 @@ class Replica:
         end = r + n
         self._slot_req[r:end] = ids
         self._pending[r:end] = prompts[:n]
-        self._context[r:end] = 0
+        self._context[r:end] = cached[:n]
         self._emitted[r:end] = req.emitted[ids]
         self._n_out[r:end] = req.output_tokens[ids]
         self._last_emit_s[r:end] = req.last_emit_s[ids]

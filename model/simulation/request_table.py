@@ -26,6 +26,7 @@ class RequestTable:
         self.arrival_s = np.zeros(cap)
         self.input_tokens = np.zeros(cap, dtype=np.int64)
         self.output_tokens = np.zeros(cap, dtype=np.int64)
+        self.cached_tokens = np.zeros(cap, dtype=np.int64)  # prompt prefix in the prefix cache
         self.replica = np.full(cap, -1, dtype=np.int64)
         self.rejected = np.zeros(cap, dtype=bool)
         self.first_sched_s = np.full(cap, np.nan)
@@ -36,9 +37,14 @@ class RequestTable:
         self.last_emit_s = np.zeros(cap)
 
     def append(
-        self, arrival_s: FloatArray, input_tokens: IntArray, output_tokens: IntArray
+        self,
+        arrival_s: FloatArray,
+        input_tokens: IntArray,
+        output_tokens: IntArray,
+        cached_tokens: IntArray | None = None,
     ) -> None:
-        """Add requests (arrival times sorted, tokens >= 1); row ids continue from `size`."""
+        """Add requests (arrival times sorted, tokens >= 1, cached < input); row ids continue
+        from `size`."""
         n = arrival_s.size
         if self.size + n > self.arrival_s.size:
             self._grow(self.size + n)
@@ -46,6 +52,7 @@ class RequestTable:
         self.arrival_s[self.size : end] = arrival_s
         self.input_tokens[self.size : end] = input_tokens
         self.output_tokens[self.size : end] = output_tokens
+        self.cached_tokens[self.size : end] = 0 if cached_tokens is None else cached_tokens
         self.size = end
 
     def _grow(self, needed: int) -> None:
@@ -54,6 +61,7 @@ class RequestTable:
             "arrival_s",
             "input_tokens",
             "output_tokens",
+            "cached_tokens",
             "replica",
             "rejected",
             "first_sched_s",

@@ -180,7 +180,7 @@ class Simulator:
                 f"`arrival_s` must not precede the simulator's time or earlier requests "
                 f"({floor_s}), got {trace.arrival_s[0]}"
             )
-        table.append(trace.arrival_s, trace.input_tokens, trace.output_tokens)
+        table.append(trace.arrival_s, trace.input_tokens, trace.output_tokens, trace.cached_tokens)
         self._queue_next_arrival()
 
     def set_replicas(self, count: int) -> None:

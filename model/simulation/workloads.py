@@ -29,6 +29,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 POISSON_CV = 1.0
+BIMODAL_SHORT_SHARE = 0.8
 DEFAULT_LOGNORMAL_CV = 0.5
 _GAP_BLOCK = 1024
 # Table IV of the paper: (duration min, start multiplier, end multiplier).
@@ -243,6 +244,7 @@ class LengthKind(StrEnum):
     FIXED = "fixed"
     UNIFORM = "uniform"  # integers on [x/2, 3x/2], the paper's validation law (§VI)
     LOGNORMAL = "lognormal"
+    BIMODAL = "bimodal"  # 80 % at x/4, 20 % at 4x: mean x, CV 1.5 (percentiles.md §4)
     EMPIRICAL = "empirical"  # resampled from recorded values
 
 
@@ -281,18 +283,57 @@ class LengthDist:
                 sigma2 = math.log1p(self.cv * self.cv)
                 draws = rng.lognormal(math.log(x) - sigma2 / 2, math.sqrt(sigma2), count)
                 out = np.maximum(np.rint(draws), 1).astype(np.int64)
+            case LengthKind.BIMODAL:
+                short, long = max(1, round(x / 4)), max(1, round(4 * x))
+                out = np.where(rng.random(count) < BIMODAL_SHORT_SHARE, short, long)
             case LengthKind.EMPIRICAL:
                 out = rng.choice(np.asarray(self.values), size=count, replace=True)
-        return out
+        return out.astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class LengthPairs:
+    """Recorded (prompt, output) token counts, resampled as pairs: a request keeps both."""
+
+    input_tokens: IntArray
+    output_tokens: IntArray
+
+    def __post_init__(self) -> None:
+        n_in = np.asarray(self.input_tokens, dtype=np.int64).reshape(-1).copy()
+        n_out = np.asarray(self.output_tokens, dtype=np.int64).reshape(-1).copy()
+        if n_in.size == 0 or n_in.size != n_out.size or np.any(n_in < 1) or np.any(n_out < 1):
+            raise ValueError(
+                "`input_tokens` and `output_tokens` must be equally long, non-empty arrays of "
+                f"integers >= 1, got {n_in.size} and {n_out.size} values"
+            )
+        object.__setattr__(self, "input_tokens", _readonly(n_in))
+        object.__setattr__(self, "output_tokens", _readonly(n_out))
+
+    def sample(self, count: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+        """`count` (prompt, output) pairs drawn with replacement."""
+        idx = rng.integers(0, self.input_tokens.size, size=require_int_at_least("count", count, 0))
+        return self.input_tokens[idx], self.output_tokens[idx]
+
+
+def cached_prefix_tokens(input_tokens: IntArray, share: float) -> IntArray:
+    """The prompt tokens a prefix cache serves at a hit share in [0, 1): floor(share x n),
+    leaving at least one token to compute (vLLM always computes the last one)."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"`prefix_hit_share` must be a number in [0, 1), got {share}")
+    n = np.asarray(input_tokens, dtype=np.int64)
+    cached: IntArray = np.minimum(np.floor(share * n).astype(np.int64), n - 1)
+    return cached
 
 
 @dataclass(frozen=True, slots=True)
 class RequestTrace:
-    """Pre-drawn requests: arrival times (s, sorted) and input/output token counts (>= 1)."""
+    """Pre-drawn requests: arrival times (s, sorted), input/output token counts (>= 1) and the
+    prompt tokens the prefix cache holds (0 <= cached < input; None: none)."""
 
     arrival_s: FloatArray
     input_tokens: IntArray
     output_tokens: IntArray
+    cached_tokens: IntArray | None = None
 
     def __post_init__(self) -> None:
         arr = np.asarray(self.arrival_s, dtype=np.float64).reshape(-1).copy()
@@ -307,9 +348,16 @@ class RequestTrace:
             raise ValueError("`arrival_s` must be finite, >= 0 and non-decreasing")
         if np.any(n_in < 1) or np.any(n_out < 1):
             raise ValueError("`input_tokens` and `output_tokens` must all be integers >= 1")
+        cached = np.zeros_like(n_in) if self.cached_tokens is None else self.cached_tokens
+        cached = np.asarray(cached, dtype=np.int64).reshape(-1).copy()
+        if cached.size != n_in.size or np.any(cached < 0) or np.any(cached >= n_in):
+            raise ValueError(
+                "`cached_tokens` must have one integer per request in [0, input_tokens)"
+            )
         object.__setattr__(self, "arrival_s", _readonly(arr))
         object.__setattr__(self, "input_tokens", _readonly(n_in))
         object.__setattr__(self, "output_tokens", _readonly(n_out))
+        object.__setattr__(self, "cached_tokens", _readonly(cached))
 
     def __len__(self) -> int:
         return int(self.arrival_s.size)
@@ -323,13 +371,20 @@ def draw_trace(
     *,
     duration_s: float | None = None,
     cv: float = POISSON_CV,
+    pairs: LengthPairs | None = None,
+    prefix_hit_share: float = 0.0,
 ) -> RequestTrace:
-    """Requests arriving over [0, duration_s] (default: the profile's length)."""
+    """Requests arriving over [0, duration_s] (default: the profile's length); with `pairs`,
+    their lengths are recorded pairs instead of the two laws; `prefix_hit_share` of each
+    prompt is in the prefix cache."""
     end_s = profile.duration_s if duration_s is None else require_positive("duration_s", duration_s)
     arrivals = ArrivalStream(profile, rng, cv=cv).draw_until(end_s)
-    n_in = input_lengths.sample(arrivals.size, rng)
-    n_out = output_lengths.sample(arrivals.size, rng)
-    return RequestTrace(arrivals, n_in, n_out)
+    if pairs is None:
+        n_in = input_lengths.sample(arrivals.size, rng)
+        n_out = output_lengths.sample(arrivals.size, rng)
+    else:
+        n_in, n_out = pairs.sample(arrivals.size, rng)
+    return RequestTrace(arrivals, n_in, n_out, cached_prefix_tokens(n_in, prefix_hit_share))
 
 
 def poisson_trace(

@@ -39,6 +39,10 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_tuner_reason",
         "vllm_sizer_fit_error_ratio",
         "vllm_sizer_demand",
+        "vllm_sizer_request_length_cv",
+        "vllm_sizer_prefix_cache_hit_ratio",
+        "vllm_sizer_arrival_cv",
+        "vllm_sizer_kv_batch_limit",
     }
 )
 # Per-deployment counters of the daemon (label `deployment`, but no `model_name`).

@@ -27,6 +27,7 @@ from exporter.errors import FailureReason
 from exporter.exposition import ENUM_GAUGES, Signal
 from exporter.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
+from exporter.traffic import LengthCvKind
 
 PREFIX = "vllm_sizer_"
 FROZEN_AFTER_S = 60.0  # a stub whose last success is older fails its cycles
@@ -61,6 +62,9 @@ class SizerValues:
             "slo_headroom_ratio": 0.65,  # 2.4 x 3 / 11: the SLOs need more replicas
             "source_up": 1.0,
             "pods_observed": 3.0,
+            "prefix_cache_hit_ratio": 0.42,
+            "arrival_cv": 1.3,
+            "kv_batch_limit": 180.0,
         }
     )
     # The current value of each enum-style gauge (exporter.exposition.ENUM_GAUGES).
@@ -75,6 +79,9 @@ class SizerValues:
     demand: dict[str, float] = field(default_factory=lambda: {DemandKind.RATE.value: 11.0})
     fit_error: dict[str, float] = field(
         default_factory=lambda: {Signal.TTFT.value: 0.04, Signal.ITL.value: 0.02}
+    )
+    length_cv: dict[str, float] = field(
+        default_factory=lambda: {LengthCvKind.PROMPT.value: 0.9, LengthCvKind.OUTPUT.value: 1.1}
     )
     # Scrape errors per cycle, by reason (the others stay at 0).
     errors_per_cycle: dict[str, float] = field(
@@ -120,6 +127,12 @@ class StubCollector:
         for kind, value in v.demand.items():
             demand.add_metric([*key, DemandKind(kind).value], value)  # ValueError if unknown
         yield demand
+        spread = GaugeMetricFamily(
+            PREFIX + "request_length_cv", "length CV", labels=[*labels, "kind"]
+        )
+        for kind, cv in v.length_cv.items():
+            spread.add_metric([*key, kind], cv)
+        yield spread
         yield from self._operation(v)
 
     def _operation(self, v: SizerValues) -> Iterator[Metric]:

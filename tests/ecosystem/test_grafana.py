@@ -163,7 +163,11 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
     enums = {collector.PREFIX + spec.name for spec in collector.ENUM_GAUGES}
     families = list(collector.SnapshotCollector().describe())
     names = {m.name for m in families}
-    labelled = {collector.PREFIX + "fit_error_ratio", collector.PREFIX + "demand"}
+    labelled = {
+        collector.PREFIX + "fit_error_ratio",
+        collector.PREFIX + "demand",
+        collector.PREFIX + "request_length_cv",
+    }
     assert gauges | enums | labelled == names
     assert {m.type for m in families} == {"gauge"}
     assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"

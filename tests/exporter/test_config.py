@@ -138,6 +138,9 @@ def test_model_options() -> None:
     options = dep.deployments[0].model
     assert options.variant == "refined" and options.arrival_cv == 0.0
     assert options.architecture is not None and options.architecture.num_layers == 32
+    # The CVs the config gives are pinned: the measured ones are not used in their place.
+    assert dep.deployments[0].pinned_inputs == {"arrival_cv"}
+    assert parse_config(minimal()).deployments[0].pinned_inputs == frozenset()
 
 
 # --- scale_from_zero ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ EXPORTED = [
     "saturated", "slo_headroom_ratio", "source_up", "pods_observed",
     "scrape_errors", "observation_problems", "cycle_duration_seconds", "cycle_seconds",
     "last_successful_cycle_timestamp_seconds", "cycles", "cycles_skipped",
+    "request_length_cv", "prefix_cache_hit_ratio", "arrival_cv", "kv_batch_limit",
 ]  # fmt: skip
 
 
@@ -111,6 +112,19 @@ def test_exposition_has_every_metric_in_base_units(fleet) -> None:  # type: igno
     assert registry.get_sample_value("vllm_sizer_slo_ttft_seconds", labels) == pytest.approx(0.06)
     states = [s.labels["state"] for s in families["vllm_sizer_tuner_state"].samples if s.value]
     assert states in (["fitted"], ["holding"])
+    # The traffic shape: uniform lengths read narrow, no prefix-cache hits, and the emulator's
+    # KV cache holds more than max_num_seqs requests of this shape.
+    for kind in ("prompt", "output"):
+        cv = registry.get_sample_value("vllm_sizer_request_length_cv", labels | {"kind": kind})
+        assert cv is not None and 0.2 < cv < 0.5, kind
+    assert registry.get_sample_value("vllm_sizer_prefix_cache_hit_ratio", labels) == 0.0
+    limit = registry.get_sample_value("vllm_sizer_kv_batch_limit", labels)
+    assert limit == SERVER.max_batch_size
+    assert registry.get_sample_value("vllm_sizer_arrival_cv", labels) is None  # no sampler
+    # Each tuner point carries the smoothed CVs of its window.
+    window = daemon.runtimes["llama"].tuner.to_dict()["window"]
+    assert window and all(0.2 < p["input_length_cv"] < 0.5 for p in window)
+    assert all(p["arrival_cv"] is None for p in window)
 
 
 def test_a_dead_source_is_counted_and_keeps_the_calibration(fleet) -> None:  # type: ignore[no-untyped-def]

@@ -14,8 +14,18 @@ import pytest
 
 from exporter.config import DeploymentConfig, SloConfig, SourceConfig
 from exporter.reading.observations import DeploymentObservation, ObservationStatus
-from exporter.recommender import Reason, Recommender
-from model import PAPER_MODEL, ServerConfig, ServiceParams, Workload, max_rate_for_slo
+from exporter.reading.saturation import Saturation
+from exporter.recommender import Reason, Recommender, preempted, saturated
+from exporter.traffic import ModelInputs
+from model import (
+    PAPER_MODEL,
+    ModelOptions,
+    ServerConfig,
+    ServiceParams,
+    Workload,
+    analyze,
+    max_rate_for_slo,
+)
 
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 SHAPE = Workload(1024, 512)
@@ -232,3 +242,27 @@ def test_a_count_held_by_the_window_says_so_even_before_the_pods_arrive() -> Non
     rec.decide(0.0, observation(2.5 * CAPACITY, 1), LLAMA, SHAPE)  # wants 3, pods still 1
     held = rec.decide(30.0, observation(0.5 * CAPACITY, 1), LLAMA, SHAPE)  # needs 1 now
     assert held.desired_replicas == 3 and held.reason is Reason.STABILIZING
+
+
+def test_preemptions_mark_the_window_saturated() -> None:
+    obs = observation(0.5 * CAPACITY, 2)
+    decision = Recommender(deployment()).decide(0.0, obs, LLAMA, SHAPE)
+    assert saturated(decision, obs) is False
+    preempting = replace(obs, saturation=(Saturation.PREEMPTIONS,))
+    assert preempted(preempting) and saturated(decision, preempting) is True
+
+
+def test_sizing_uses_the_measured_inputs() -> None:
+    # A KV-bound batch of 8 and lognormal lengths lower the capacity the decision reports.
+    dep = deployment(model=ModelOptions())
+    obs = observation(0.5 * CAPACITY, 2)
+    plain = Recommender(dep).decide(0.0, obs, LLAMA, SHAPE)
+    inputs = ModelInputs(
+        ModelOptions(input_length_cv=1.0, output_length_cv=1.0), replace(SERVER, max_batch_size=8)
+    )
+    bound = Recommender(dep).decide(0.0, obs, LLAMA, SHAPE, None, inputs)
+    assert bound.max_rate_per_replica_rps is not None and plain.max_rate_per_replica_rps is not None
+    assert bound.max_rate_per_replica_rps < plain.max_rate_per_replica_rps
+    assert bound.saturation_rate_per_replica_rps == pytest.approx(
+        analyze(LLAMA, inputs.server, SHAPE, 0.0, options=inputs.options).saturation_rate_rps
+    )

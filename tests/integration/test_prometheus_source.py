@@ -22,8 +22,10 @@ from exporter.reading.observations import (
     ObservationStatus,
     observe_deployment,
 )
+from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
 from exporter.reading.sources import PrometheusSource, ScrapeSource
+from exporter.reading.vllm_metrics import BUCKETED, HistogramName
 from model.queueing.params import ServerConfig, ServiceParams
 from model.simulation.workloads import LengthDist, LengthKind
 from tests.fixtures.metrics_server import MetricsServer
@@ -224,3 +226,12 @@ def test_prometheus_matches_direct_scrape_on_emulated_replicas(
     assert from_prom.avg_output_tokens == pytest.approx(truth.mean_output_tokens, rel=REL)
     assert from_prom.ttft_ms == pytest.approx(truth.mean_ttft_ms, rel=REL)
     assert from_prom.request_tpot_ms == pytest.approx(truth.mean_itl_ms, rel=REL)
+    # Buckets come through Prometheus per le (both spellings of the names) exactly as scraped.
+    assert set(from_prom.windows) == set(observed.windows) == set(BUCKETED)
+    for name, window in observed.windows.items():
+        got = from_prom.windows[name]
+        assert got.bounds.tolist() == window.bounds.tolist(), name
+        assert got.counts.tolist() == window.counts.tolist(), name
+    assert from_prom.windows[HistogramName.GENERATION_LEN].count == truth.completed
+    assert from_prom.kv_capacity_tokens == observed.kv_capacity_tokens is not None
+    assert Problem.BAD_BUCKETS not in from_prom.problems

@@ -57,3 +57,31 @@ def test_simulate_reports_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
         run(["simulate", "--alpha-ms", "0"])
     assert exited.value.code == 2
     assert "--alpha-ms" in capsys.readouterr().err  # the flag, not an internal name
+
+
+def test_simulate_takes_realistic_traffic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("input_tokens,output_tokens\n100,400\n3000,20\n")
+    out = tmp_path / "out.csv"
+    base = ["simulate", "--rates", "2", "--duration-s", "120", "--warmup-s", "10"]
+    assert run([*base, "--lengths-csv", str(pairs), "--prefix-hit-share", "0.5",
+                "--burst-ratio", "4", "--burst-period-s", "20", "--csv", str(out)]) == 0
+    assert run([*base, "--lengths", "bimodal"]) == 0
+    with out.open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert int(row["completed"]) > 100
+    bad = tmp_path / "bad.csv"
+    bad.write_text("input_tokens\n5\n")
+    assert run([*base, "--lengths-csv", str(bad)]) == 2
+    assert "output_tokens" in capsys.readouterr().err
+
+
+def test_modulating_the_paper_profile_is_refused() -> None:
+    parser = argparse.ArgumentParser()
+    simulate.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["simulate", "--paper-profile", "1", "--burst-ratio", "2"])
+    assert "--burst-ratio" in args.check(args)
+    args = parser.parse_args(["simulate", "--rates", "1", "--burst-ratio", "2"])
+    assert args.check(args) is None

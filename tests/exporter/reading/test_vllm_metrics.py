@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from exporter.errors import ScrapeError
 from exporter.reading.vllm_metrics import (
+    BUCKETED,
     CounterName,
     GaugeName,
     HistogramName,
@@ -42,7 +43,18 @@ def test_real_vllm_032_dump(vllm_metrics_text: str) -> None:
         CounterName.PROMPT_TOKENS: 5.0,
         CounterName.GENERATION_TOKENS: 16.0,
         CounterName.PREEMPTIONS: 0.0,
+        CounterName.PROMPT_TOKENS_CACHED: 0.0,
+        CounterName.PREFIX_CACHE_HITS: 0.0,
+        CounterName.PREFIX_CACHE_QUERIES: 5.0,
     }
+    # KV capacity from cache_config_info (no model_name label): 8192 blocks of 128 tokens.
+    assert sample.kv_capacity_tokens == 8192 * 128
+    # Buckets as exposed: the one 5-token prompt sits in (2, 5]; +Inf equals _count.
+    prompt = sample.buckets[HistogramName.PROMPT_LEN]
+    assert prompt.bounds[:4] == (1.0, 2.0, 5.0, 10.0) and prompt.bounds[-1] == 2000.0
+    assert prompt.cumulative[:3] == (0.0, 0.0, 1.0) and prompt.cumulative[-1] == 1.0
+    assert sample.buckets[HistogramName.ITL_S].cumulative[-1] == 15.0
+    assert set(sample.buckets) == set(BUCKETED) and sample.bad_buckets == ()
     assert sample.histograms[HistogramName.TTFT_S] == HistogramTotals(0.04984712600708008, 1.0)
     assert sample.histograms[HistogramName.ITL_S] == HistogramTotals(0.09042505899992648, 15.0)
     assert sample.histograms[HistogramName.PROMPT_LEN] == HistogramTotals(5.0, 1.0)
@@ -73,6 +85,8 @@ def test_v1_old_names_fixture() -> None:
     sample = parse(text, model_name="meta-llama/Llama-3.1-8B-Instruct")
     assert sample.status is SampleStatus.OK
     assert sample.legacy_names == (
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:gpu_prefix_cache_queries_total",
         "vllm:gpu_cache_usage_perc",
         "vllm:time_per_output_token_seconds",
     )

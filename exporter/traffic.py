@@ -1,0 +1,151 @@
+"""What a deployment's traffic looks like, measured per window and smoothed. percentiles.md §2, §4.
+
+Each window gives, when enough requests finished, the prompt- and output-length CVs of its
+token histograms (model.calibration.histogram.length_cv), the share of prompt tokens the prefix
+cache served, and the pods' KV capacity; in sidecar mode the 1 s sampler adds the arrival CV
+(exporter.reading.arrival_sampler). What the model uses is smoothed over the last
+SMOOTHING_WINDOWS windows, each weighted by its requests (CVs as the mean of their squares), so
+that on steady traffic the published capacity barely moves between cycles. A CV the config sets
+(`deployments[].model.*_cv`) is pinned: still measured and exported, never used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from exporter.config import DeploymentConfig
+from exporter.reading.observations import DeploymentObservation
+from exporter.reading.vllm_metrics import HistogramName
+from model import ModelOptions, ServerConfig, Workload
+from model.calibration.histogram import length_cv
+from model.calibration.observation import with_workload_cvs
+from model.queueing.kv_limit import kv_batch_limit
+
+SMOOTHING_WINDOWS = 10
+
+
+class LengthCvKind(StrEnum):
+    """Which request length a CV is about; exported label values."""
+
+    PROMPT = "prompt"
+    OUTPUT = "output"
+
+
+_LENGTH_HISTOGRAMS = {
+    LengthCvKind.PROMPT: HistogramName.PROMPT_LEN,
+    LengthCvKind.OUTPUT: HistogramName.GENERATION_LEN,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrafficShape:
+    """Smoothed measurements of one deployment's traffic; None: not measured (yet)."""
+
+    input_length_cv: float | None = None
+    output_length_cv: float | None = None
+    arrival_cv: float | None = None
+    cached_prompt_ratio: float | None = None  # prompt tokens served by the prefix cache
+    kv_capacity_tokens: float | None = None  # per pod, the smallest
+
+    def length_cv(self, kind: LengthCvKind) -> float | None:
+        """The smoothed CV of one request length."""
+        return self.input_length_cv if kind is LengthCvKind.PROMPT else self.output_length_cv
+
+    def measured_cvs(self) -> dict[str, float]:
+        """The measured CVs by ModelOptions field name (those measured only)."""
+        values = {
+            "input_length_cv": self.input_length_cv,
+            "output_length_cv": self.output_length_cv,
+            "arrival_cv": self.arrival_cv,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+class _Smoothed:
+    """Weighted mean of the last `size` values."""
+
+    def __init__(self, size: int) -> None:
+        self._entries: deque[tuple[float, float]] = deque(maxlen=size)
+
+    def add(self, weight: float, value: float) -> None:
+        if weight > 0 and math.isfinite(value):
+            self._entries.append((weight, value))
+
+    def value(self) -> float | None:
+        total = sum(w for w, _ in self._entries)
+        return sum(w * v for w, v in self._entries) / total if total > 0 else None
+
+
+class TrafficTracker:
+    """Smooths one deployment's traffic measurements over its last windows."""
+
+    def __init__(self, windows: int = SMOOTHING_WINDOWS) -> None:
+        self._cv2 = {kind: _Smoothed(windows) for kind in LengthCvKind}
+        self._arrival_index = _Smoothed(windows)
+        self._cached = _Smoothed(windows)
+        self._kv_capacity: float | None = None
+        self.shape = TrafficShape()
+
+    def update(
+        self, obs: DeploymentObservation, dispersion: tuple[float, float] | None = None
+    ) -> TrafficShape:
+        """Add one window (and the sampler's (index of dispersion, requests) over it, if any);
+        return the smoothed shape."""
+        for kind, name in _LENGTH_HISTOGRAMS.items():
+            window = obs.windows.get(name)
+            cv = None if window is None else length_cv(window)
+            if window is not None and cv is not None:
+                self._cv2[kind].add(window.count, cv * cv)
+        completed = obs.completion_rate_rps * obs.window_s
+        if obs.cached_prompt_ratio is not None:
+            self._cached.add(completed, obs.cached_prompt_ratio)
+        if dispersion is not None:
+            self._arrival_index.add(dispersion[1], dispersion[0])
+        if obs.kv_capacity_tokens is not None:
+            self._kv_capacity = obs.kv_capacity_tokens
+        prompt = self._cv2[LengthCvKind.PROMPT].value()
+        output = self._cv2[LengthCvKind.OUTPUT].value()
+        arrival = self._arrival_index.value()
+        self.shape = TrafficShape(
+            input_length_cv=None if prompt is None else math.sqrt(prompt),
+            output_length_cv=None if output is None else math.sqrt(output),
+            arrival_cv=None if arrival is None else math.sqrt(arrival),
+            cached_prompt_ratio=self._cached.value(),
+            kv_capacity_tokens=self._kv_capacity,
+        )
+        return self.shape
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInputs:
+    """What the model is evaluated with for one deployment: options and scheduler limits."""
+
+    options: ModelOptions
+    server: ServerConfig
+    kv_batch_limit: int | None = None  # min(max_num_seqs, KV / context); None: KV unknown
+
+
+def used_cvs(dep: DeploymentConfig, shape: TrafficShape) -> dict[str, float]:
+    """The measured CVs the model uses: those the config does not pin."""
+    return {k: v for k, v in shape.measured_cvs().items() if k not in dep.pinned_inputs}
+
+
+def model_inputs(
+    dep: DeploymentConfig, shape: TrafficShape, workload: Workload | None
+) -> ModelInputs:
+    """The deployment's options with its measured, unpinned CVs, and its batch limit lowered
+    to what the KV cache holds at the mean request (model/queueing/kv_limit.py)."""
+    options = with_workload_cvs(dep.model, used_cvs(dep, shape))
+    server, limit = dep.server, None
+    if shape.kv_capacity_tokens is not None and workload is not None:
+        limit = kv_batch_limit(
+            shape.kv_capacity_tokens,
+            workload,
+            server.max_batch_size,
+            output_length_cv=options.output_length_cv if options.refined else 0.0,
+        )
+        server = replace(server, max_batch_size=limit)
+    return ModelInputs(options, server, limit)
