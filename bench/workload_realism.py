@@ -9,8 +9,11 @@ two-rate modulated (MMPP-2) process. Arrivals are Poisson unless named.
 
 Beside the simulator, three models at the measured requests' mean lengths: the paper variant,
 the refined variant at its defaults (length CVs 0, Poisson arrivals) and the refined variant fed
-with the workload's CVs and prefix-hit ratio. The CVs are those of the drawn requests ("true";
-`--cvs measured` takes the length CVs the emulator's metric histograms give, see `length_cvs`).
+with the workload's CVs and prefix-hit ratio, twice: with the CVs of the drawn requests ("true")
+and with those the daemon would measure ("measured": the length CVs of the token histograms the
+emulator exposes, 1-2-5 buckets with exact sum and count, read by `length_cv`; the arrival CV
+from the sampler's index of dispersion of the first-token counter over 30 s windows; the hit
+ratio as vLLM's counters give it). Capacity uses the measured ones.
 
 First-token convention: the model's (Table I's fit): the first token costs one decode iteration
 after the last prefill chunk. The simulator emits it with the last chunk, so its TTFT is shifted
