@@ -133,15 +133,22 @@ class CycleInfo:
 class DaemonArm:
     """Our recommender through the daemon's own cycle (read, observe, tune, decide)."""
 
-    def __init__(self, scenario: Scenario, look_ahead_s: float) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        look_ahead_s: float,
+        initial_params: ServiceParams | None = None,
+        server: ServerConfig = SERVER,
+    ) -> None:
         dep = DeploymentConfig(
             name="sim",
             model_name="llama",
             source=SourceConfig(scrape_urls=("http://sim",)),
-            server=SERVER,
+            server=server,
             slo=SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
             max_replicas=MAX_REPLICAS,
             look_ahead_s=look_ahead_s,
+            initial_params=initial_params,
         )
         self._clock = ManualClock(0.0)
         self.daemon = Daemon(

@@ -163,7 +163,7 @@ def tuner_refits(cycles: int = 60) -> dict[str, Any]:
         times.append(time.perf_counter() - start)
         if status.fit is not None:
             nfevs.append(status.fit.nfev)
-        outliers += status.dropped_outlier is not None
+        outliers += bool(status.dropped_outliers)
         accepted += status.success
     return {
         "cycles": cycles,

@@ -7,6 +7,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from model import ModelOptions, ServerConfig, ServiceParams
+from model.calibration.prior import Accelerator
 
 DEFAULT_CYCLE_PERIOD_S = 30.0
 DEFAULT_LISTEN_HOST = "0.0.0.0"  # every interface: Prometheus scrapes the pod IP
@@ -128,6 +129,7 @@ class DeploymentConfig:
     scale_down_stabilization_s: float = DEFAULT_STABILIZATION_S
     look_ahead_s: float = 0.0  # size for the load trend this far ahead (0 = the current load)
     initial_params: ServiceParams | None = None
+    accelerator: Accelerator | None = None  # with model.architecture: the physical prior
     tuner: TunerConfig = field(default_factory=TunerConfig)
     model: ModelOptions = field(default_factory=ModelOptions)
     scale_from_zero: ScaleFromZeroConfig | None = None  # min_replicas 0 needs it

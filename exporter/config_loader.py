@@ -48,8 +48,9 @@ from exporter.config_checks import (
     read_yaml,
     string,
 )
+from exporter.config_model import CV_KEYS, accelerator_preset, initial_params, model_options
 from exporter.config_replicas import replica_bounds
-from model import ArchitectureSpec, ModelOptions, ModelVariant, ServerConfig, ServiceParams
+from model import ServerConfig
 
 # Errors name the key path, the value and what is allowed, e.g.
 # `deployments[1].slo.ttft_ms: must be a number > 0, got -5`.
@@ -195,6 +196,7 @@ _DEPLOYMENT_KEYS = {
     "scale_down_stabilization_s",
     "look_ahead_s",
     "initial_params",
+    "accelerator",
     "tuner",
     "model",
     "scale_from_zero",
@@ -234,9 +236,10 @@ def _deployment(
         "must be a number >= 0 (seconds)",
         0.0,
     )
-    initial = _initial_params(r, m.get("initial_params"), f"{path}.initial_params")
+    initial = initial_params(r, m.get("initial_params"), f"{path}.initial_params")
     tuner = _tuner(r, m.get("tuner"), f"{path}.tuner", server)
-    options = _model_options(r, m.get("model"), f"{path}.model")
+    options = model_options(r, m.get("model"), f"{path}.model")
+    accelerator = accelerator_preset(r, m.get("accelerator"), f"{path}.accelerator")
     if len(r.problems) > before or name is None or model_name is None or source is None:
         return None
     return DeploymentConfig(
@@ -250,8 +253,9 @@ def _deployment(
         scale_down_stabilization_s=window,
         look_ahead_s=look_ahead,
         model=options,
-        pinned_inputs=frozenset(k for k in _CV_KEYS if k in (m.get("model") or {})),
+        pinned_inputs=frozenset(k for k in CV_KEYS if k in (m.get("model") or {})),
         initial_params=initial,
+        accelerator=accelerator,
         tuner=tuner,
         scale_from_zero=zero,
     )
@@ -355,58 +359,3 @@ def _slo(r: KeyReader, node: Any, path: str) -> SloConfig:
     ttft = r.get(m, "ttft_ms", path, number(0.0), "must be a number > 0 (ms)", None)
     itl = r.get(m, "itl_ms", path, number(0.0), "must be a number > 0 (ms)", None)
     return SloConfig(ttft, itl)
-
-
-def _initial_params(r: KeyReader, node: Any, path: str) -> ServiceParams | None:
-    if node is None:
-        return None
-    m = r.mapping(node, path, {"alpha_ms", "beta_ms", "gamma_ms"})
-    values = [
-        r.required(m, key, path, number(0.0), "a number > 0 (ms)")
-        for key in ("alpha_ms", "beta_ms", "gamma_ms")
-    ]
-    alpha, beta, gamma = values
-    if alpha is None or beta is None or gamma is None:
-        return None
-    return ServiceParams(alpha, beta, gamma)
-
-
-_CV_KEYS = ("arrival_cv", "input_length_cv", "output_length_cv")
-
-
-def _model_options(r: KeyReader, node: Any, path: str) -> ModelOptions:
-    if node is None:
-        return ModelOptions()
-    keys = {"variant", "arrival_cv", "input_length_cv", "output_length_cv", "architecture"}
-    m = r.mapping(node, path, keys)
-    variants = tuple(v.value for v in ModelVariant)
-    default = ModelOptions()
-    variant = r.get(
-        m,
-        "variant",
-        path,
-        choice(variants),
-        f"must be one of {', '.join(variants)}",
-        default.variant.value,
-    )
-    cvs = {
-        key: r.get(
-            m,
-            key,
-            path,
-            number(0.0, inclusive=True),
-            "must be a number >= 0 (a coefficient of variation)",
-            getattr(default, key),
-        )
-        for key in _CV_KEYS
-    }
-    architecture = None
-    if m.get("architecture") is not None:
-        apath = f"{path}.architecture"
-        a = r.mapping(m["architecture"], apath, {"num_layers", "hidden_size", "num_parameters"})
-        layers = r.required(a, "num_layers", apath, integer(1), "an integer >= 1")
-        hidden = r.required(a, "hidden_size", apath, integer(1), "an integer >= 1")
-        params = r.required(a, "num_parameters", apath, number(0.0), "a number > 0")
-        if layers is not None and hidden is not None and params is not None:
-            architecture = ArchitectureSpec(layers, hidden, params)
-    return ModelOptions(variant=ModelVariant(variant), architecture=architecture, **cvs)

@@ -23,6 +23,7 @@ from exporter.deployment_state import (
     new_tuner,
     restore_state,
     saved_state,
+    tuner_observation,
 )
 from exporter.errors import FailureReason, SourceError
 from exporter.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
@@ -37,22 +38,22 @@ from exporter.reading.sources import Source
 from exporter.recommender import (
     Decision,
     Recommender,
-    preempted,
     saturated,
     slo_headroom_ratio,
-    waiting_queue_grows,
 )
 from exporter.server import WhatIf
 from exporter.statefile import StateFile
 from exporter.traffic import model_inputs, used_cvs
-from model import TunerReason, Workload
-from model.calibration.observation import Observation
+from model import TunerReason
 
 logger = logging.getLogger(__name__)
 
 # Windows whose arrival rate moved more than this fraction from the previous window are not
 # fed to the tuner: the model describes steady state, and latencies lag a load step.
 MAX_RATE_CHANGE = 0.25
+# Nor are windows in which a pod joined or left, or the next ones: the load moves between pods
+# and the old pods' batches drain for about a request's duration (long outputs: a minute).
+SETTLE_WINDOWS = 2
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
 READY_PERIODS = 3.0
@@ -202,7 +203,7 @@ class Daemon:
             ).inc()
         if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
             try:
-                runtime.workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
+                runtime.note_shape(obs)
             except ValueError as exc:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
         shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
@@ -264,35 +265,29 @@ class Daemon:
             or obs.avg_output_tokens is None
         ):
             return
-        if previous is not None and abs(obs.arrival_rate_rps - previous) > MAX_RATE_CHANGE * max(
-            obs.arrival_rate_rps, previous
-        ):
+        if obs.new_pods or obs.gone_pods:
+            runtime.unsettled = SETTLE_WINDOWS + 1  # this window and the next ones
+        settling = runtime.unsettled > 0
+        runtime.unsettled = max(runtime.unsettled - 1, 0)
+        moved = previous is not None and abs(obs.arrival_rate_rps - previous) > (
+            MAX_RATE_CHANGE * max(obs.arrival_rate_rps, previous)
+        )
+        if moved or settling:
             self.metrics.observation_problems.labels(
                 runtime.config.name, Problem.NON_STATIONARY
             ).inc()
             return
         cvs = used_cvs(runtime.config, runtime.traffic.shape)
         try:
-            point = Observation(
-                rate_rps=obs.arrival_rate_rps / obs.observed_pods,  # no unobserved pods here
-                avg_input_tokens=obs.avg_input_tokens,
-                avg_output_tokens=obs.avg_output_tokens,
-                ttft_ms=obs.ttft_ms,
-                itl_ms=obs.itl_ms,
-                max_batch_size=runtime.config.server.max_batch_size,
-                timestamp=obs.end_time_s,
-                queue_growing=waiting_queue_grows(obs) or preempted(obs),
-                input_length_cv=cvs.get("input_length_cv"),
-                output_length_cv=cvs.get("output_length_cv"),
-                arrival_cv=cvs.get("arrival_cv"),
-            )
+            point = tuner_observation(obs, runtime.config.server.max_batch_size, cvs)
         except ValueError as exc:
             logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
             self.metrics.observation_problems.labels(
                 runtime.config.name, Problem.INVALID_OBSERVATION
             ).inc()
             return
-        runtime.tuner.update(point)
+        if point is not None:
+            runtime.tuner.update(point)
 
     def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
         dep, obs = runtime.config, runtime.observation
@@ -320,6 +315,8 @@ class Daemon:
             demand_kind=None if dep.scale_from_zero is None else dep.scale_from_zero.demand,
             traffic=runtime.traffic.shape,
             kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
+            calibration_confidence=runtime.tuner.confidence(),
+            identified=None if runtime.params is None else runtime.tuner.identified,
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from exporter.config import DeploymentConfig
 from exporter.reading.demand import DemandSource, DemandWatch
 from exporter.reading.observations import DeploymentObservation, WindowTracker
 from exporter.reading.sources import Source
-from exporter.recommender import Recommender
+from exporter.recommender import Recommender, preempted, waiting_queue_grows
 from exporter.traffic import ModelInputs, TrafficTracker
-from model import ServiceParams, Workload
+from model import Observation, ServiceParams, Workload
+from model.calibration.prior import default_prior
 from model.calibration.tuner import Tuner
 
 logger = logging.getLogger(__name__)
+
+SHAPE_WINDOWS = 6  # windows whose request shapes are averaged into the workload sized for
 
 
 @dataclass(slots=True)
@@ -38,6 +44,25 @@ class DeploymentRuntime:
     demand_value: float | None = None  # the last cycle's demand (None: failed or not read)
     traffic: TrafficTracker = field(default_factory=TrafficTracker)
     inputs: ModelInputs | None = None  # what the model was last evaluated with
+    unsettled: int = 0  # windows still to skip after a pod joined or left (not for the tuner)
+    # (input tokens, output tokens, completions) of recent windows: the shape sized for.
+    shapes: deque[tuple[float, float, float]] = field(
+        default_factory=lambda: deque(maxlen=SHAPE_WINDOWS)
+    )
+
+    def note_shape(self, obs: DeploymentObservation) -> None:
+        """Add a window's request shape; the workload becomes the completion-weighted mean of
+        the last SHAPE_WINDOWS: one window's means carry sampling noise (a few dozen long
+        requests) that would move the SLO capacity from cycle to cycle. A ValueError (the
+        shape is dropped) when its means are not usable."""
+        if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
+            return
+        shape = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
+        weight = max(obs.completion_rate_rps * obs.window_s, 1.0)
+        self.shapes.append((shape.avg_input_tokens, shape.avg_output_tokens, weight))
+        rows = np.array(self.shapes)
+        n, m = np.average(rows[:, :2], axis=0, weights=rows[:, 2])
+        self.workload = Workload(float(n), float(m))
 
     @property
     def params(self) -> ServiceParams | None:
@@ -46,13 +71,42 @@ class DeploymentRuntime:
 
 
 def new_tuner(dep: DeploymentConfig, seed: ServiceParams | None = None) -> Tuner:
-    """A fresh tuner for a deployment, seeded with `seed` or its configured initial parameters."""
+    """A fresh tuner for a deployment, seeded with `seed` or its configured initial parameters
+    (a seed is the fit's prior centre, not a pin); without one the prior is the physical one
+    of the served model on the accelerator, when both are configured."""
     return Tuner(
         dep.server,
         initial=seed or dep.initial_params,
         min_observations=dep.tuner.min_observations,
         window_size=dep.tuner.window,
         options=dep.model,
+        prior=default_prior(dep.model.architecture, dep.accelerator),
+    )
+
+
+def tuner_observation(
+    obs: DeploymentObservation, max_batch_size: int, cvs: Mapping[str, float] | None = None
+) -> Observation | None:
+    """The per-replica point a steady, fully observed window gives the tuner, with the workload
+    CVs the model uses for it (`cvs`, by ModelOptions field name); None without latencies or
+    request shape; a ValueError when a value is not usable."""
+    cvs = cvs or {}
+    if obs.ttft_ms is None or obs.itl_ms is None or obs.observed_pods == 0:
+        return None
+    if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
+        return None
+    return Observation(
+        rate_rps=obs.arrival_rate_rps / obs.observed_pods,
+        avg_input_tokens=obs.avg_input_tokens,
+        avg_output_tokens=obs.avg_output_tokens,
+        ttft_ms=obs.ttft_ms,
+        itl_ms=obs.itl_ms,
+        max_batch_size=max_batch_size,
+        timestamp=obs.end_time_s,
+        queue_growing=waiting_queue_grows(obs) or preempted(obs),
+        input_length_cv=cvs.get("input_length_cv"),
+        output_length_cv=cvs.get("output_length_cv"),
+        arrival_cv=cvs.get("arrival_cv"),
     )
 
 
@@ -106,5 +160,5 @@ def restore_state(
 def _same_settings(restored: Tuner, configured: Tuner) -> bool:
     """Whether a saved tuner was built with today's configuration; if not (the window, the
     server or the model variant changed), the daemon starts a new one seeded with its estimate."""
-    keys = ("server", "options", "window_size", "min_observations")
+    keys = ("server", "options", "window_size", "min_observations", "prior")
     return all(getattr(restored, k) == getattr(configured, k) for k in keys)

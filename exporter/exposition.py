@@ -51,6 +51,8 @@ class DeploymentStatus:
     demand_kind: DemandKind | None = None  # None without scale_from_zero
     traffic: TrafficShape = TrafficShape()  # smoothed measurements of the traffic
     kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
+    calibration_confidence: float = 0.0  # 0-1, model.calibration.trust
+    identified: tuple[bool, bool, bool] | None = None  # per parameter; None without params
 
 
 class Signal(StrEnum):
@@ -58,6 +60,21 @@ class Signal(StrEnum):
 
     TTFT = "ttft"
     ITL = "itl"
+
+
+class Parameter(StrEnum):
+    """A model parameter; exported label values (in ServiceParams order)."""
+
+    ALPHA = "alpha"
+    BETA = "beta"
+    GAMMA = "gamma"
+
+
+class ParameterSource(StrEnum):
+    """Where a published parameter's value comes from; exported label values."""
+
+    DATA = "data"  # the window identified it
+    PRIOR = "prior"  # held at the fit's prior (one request shape cannot pin it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +212,12 @@ GAUGES: tuple[GaugeSpec, ...] = (
         "Pods whose vLLM metrics the last cycle read.",
         lambda s: s.pods_observed,
     ),
+    GaugeSpec(
+        "calibration_confidence",
+        "How far the calibration can be trusted, 0-1 (0 while warming; >= 0.5: size on "
+        "desired_replicas), as of the last cycle.",
+        lambda s: s.calibration_confidence,
+    ),
 )
 
 
@@ -304,6 +327,27 @@ class SnapshotCollector:
                 if cv is not None:
                     spread.add_metric([s.deployment, s.model_name, kind.value], cv)
         yield spread
+        yield _parameter_sources(snapshot)
+
+
+def _parameter_sources(snapshot: CycleSnapshot) -> GaugeMetricFamily:
+    """Enum-style per parameter: 1 for its current source, 0 for the other; no series while
+    the tuner has no parameters."""
+    family = GaugeMetricFamily(
+        PREFIX + "parameter_source",
+        "Where each published model parameter comes from: 1 for the current source (data: "
+        "identified by the window; prior: held at the fit's prior), 0 for the other.",
+        labels=(*LABELS, "parameter", "source"),
+    )
+    for s in snapshot.deployments:
+        if s.identified is None:
+            continue
+        for parameter, known in zip(Parameter, s.identified, strict=True):
+            current = ParameterSource.DATA if known else ParameterSource.PRIOR
+            for source in ParameterSource:
+                key = [s.deployment, s.model_name, parameter.value, source.value]
+                family.add_metric(key, float(source is current))
+    return family
 
 
 class BuildInfoCollector:

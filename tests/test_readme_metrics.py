@@ -20,7 +20,7 @@ from exporter.config import (
 )
 from exporter.daemon import Daemon
 from exporter.errors import FailureReason
-from exporter.exposition import BuildInfoCollector, Signal
+from exporter.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
 from exporter.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
 from exporter.recommender import Reason
@@ -35,6 +35,8 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_fit_error_ratio{signal}": Signal,
     "vllm_sizer_demand{kind}": DemandKind,
     "vllm_sizer_request_length_cv{kind}": LengthCvKind,
+    "vllm_sizer_parameter_source{parameter}": Parameter,
+    "vllm_sizer_parameter_source{source}": ParameterSource,
     "vllm_sizer_scrape_errors_total{source}": SourceKind,
     "vllm_sizer_scrape_errors_total{reason}": FailureReason,
     "vllm_sizer_observation_problems_total{problem}": Problem,

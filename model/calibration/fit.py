@@ -17,7 +17,11 @@ each one the tuner spec recommends or a speed choice:
   log(theta_k), sqrt(diag((J^T J)^-1)) with J the central-difference Jacobian (step 1e-3 in
   log-parameters), must be at most 0.15. A model misfit does not make a parameter unidentified;
   it shows in `std_errors`, which use the residual spread left (floored at 5 %). The reference's
-  single condition number sigma_max / sigma_min of J stays available as a property.
+  single condition number sigma_max / sigma_min of J stays available as a property;
+- optionally (the live tuner) a weak Gaussian prior on log(theta) (`model.calibration.prior`):
+  residuals (noise_level / sigma_k) (log theta_k - log centre_k) join the vector, so the loss is
+  a MAP objective at the nominal noise and a direction the points do not pin stays at the
+  centre instead of running to a limit; identifiability is still judged on the points alone.
 """
 
 from __future__ import annotations
@@ -34,7 +38,14 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares, minimize
 
 from model.calibration.observation import Observation
-from model.calibration.residuals import LOG_LOWER, LOG_UPPER, FitProblem, params_from_log
+from model.calibration.prior import Prior
+from model.calibration.residuals import (
+    LOG_LOWER,
+    LOG_UPPER,
+    FitProblem,
+    PenalizedProblem,
+    params_from_log,
+)
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.validation import require_int_at_least, require_positive
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
@@ -224,11 +235,13 @@ def fit(
     max_nfev: int = DEFAULT_MAX_NFEV,
     noise_level: float = DEFAULT_NOISE_LEVEL,
     max_std_error: float = DEFAULT_MAX_STD_ERROR,
+    prior: Prior | None = None,
 ) -> FitResult:
     """Fit (alpha, beta, gamma) in ms to the observations' TTFT and ITL. Spec §3-§5, §10.
 
     Without `start`, the light-traffic guess (`initial_guess`) on the lowest-rate observation,
-    or FALLBACK_START when it fails, is used.
+    or FALLBACK_START when it fails, is used. `prior` adds the MAP penalty (module docstring);
+    `loss` and the error figures stay those of the points.
     `max_nfev` caps the optimizer's own residual evaluations (trust region; Jacobian ones not
     counted) or 5 x that many loss evaluations, at most 500 (Nelder-Mead); reaching the cap is
     status "evaluation_limit" (success False). `noise_level` and `max_std_error` set the
@@ -245,12 +258,15 @@ def fit(
     max_nfev = require_int_at_least("max_nfev", max_nfev, 1)
     noise_level = require_positive("noise_level", noise_level)
     max_std_error = require_positive("max_std_error", max_std_error)
+    if prior is not None and not isinstance(prior, Prior):
+        raise ValueError(f"`prior` must be a Prior or None, got {prior!r}")
+    objective = PenalizedProblem(problem, prior, noise_level)
 
     x0 = _stable_start(problem, start if start is not None else _default_start(observations))
     if method is FitMethod.TRUST_REGION:
-        x, limited = _trust_region(problem, x0, max_nfev)
+        x, limited = _trust_region(objective, x0, max_nfev)
     else:
-        x, limited = _nelder_mead(problem, x0, max_nfev)
+        x, limited = _nelder_mead(objective, x0, max_nfev)
     return _result(problem, x, limited, noise_level, max_std_error)
 
 
@@ -273,9 +289,11 @@ def _stable_start(problem: FitProblem, start: ServiceParams) -> FloatArray:
     return x
 
 
-def _trust_region(problem: FitProblem, x0: FloatArray, max_nfev: int) -> tuple[FloatArray, bool]:
+def _trust_region(
+    objective: PenalizedProblem, x0: FloatArray, max_nfev: int
+) -> tuple[FloatArray, bool]:
     out = least_squares(
-        problem.residuals,
+        objective.residuals,
         x0,
         method="trf",
         diff_step=DIFF_STEP,  # type: ignore[arg-type]  # scipy-stubs omits the documented scalar
@@ -287,9 +305,11 @@ def _trust_region(problem: FitProblem, x0: FloatArray, max_nfev: int) -> tuple[F
     return np.clip(out.x, LOG_LOWER, LOG_UPPER), out.status == 0
 
 
-def _nelder_mead(problem: FitProblem, x0: FloatArray, max_nfev: int) -> tuple[FloatArray, bool]:
+def _nelder_mead(
+    objective: PenalizedProblem, x0: FloatArray, max_nfev: int
+) -> tuple[FloatArray, bool]:
     def loss(x: FloatArray) -> float:
-        return float(np.sum(problem.residuals(x) ** 2))
+        return float(np.sum(objective.residuals(x) ** 2))
 
     simplex = np.vstack([x0, x0 + NELDER_MEAD_STEP * np.eye(3)])
     out = minimize(

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.calibration.observation import Observation
+from model.calibration.prior import Prior
 from model.queueing.analyzer import analyze_points
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
@@ -149,6 +150,24 @@ class FitProblem:
                 (self.residuals(x + step) - self.residuals(x - step)) / (2 * JACOBIAN_STEP)
             )
         return np.stack(columns, axis=1)
+
+
+class PenalizedProblem:
+    """The residual vector a MAP fit minimizes: the points' weighted relative errors, then
+    (noise_level / sigma_k) (x_k - log centre_k) per log-parameter when there is a prior."""
+
+    def __init__(self, problem: FitProblem, prior: Prior | None, noise_level: float) -> None:
+        self.problem = problem
+        self._centre: FloatArray | None = None
+        if prior is not None:
+            self._centre = np.log(np.array(prior.centre.as_tuple()))
+            self._scale = noise_level / np.array(prior.log_sigma)
+
+    def residuals(self, x: FloatArray) -> FloatArray:
+        data = self.problem.residuals(x)
+        if self._centre is None:
+            return data
+        return np.concatenate([data, self._scale * (x - self._centre)])
 
 
 def params_from_log(x: FloatArray) -> ServiceParams:

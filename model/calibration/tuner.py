@@ -2,21 +2,25 @@
 
 One Tuner per deployment, one Observation per cycle (spec §2). Each accepted observation joins
 a window of the newest `window_size` (spec §7.1); from `min_observations` on, every update
-refits the window warm-started from the current estimate (spec §7.3, §16 #4), leaves out the
-worst point once if its error norm sqrt(e_T^2 + e_I^2) exceeds `residual_threshold` (spec §7.3
-step 5; the point stays in the window), and accepts the fit only if it converged, identifies
-every parameter and lies within physical bounds. Otherwise the last good estimate is held
-(spec §7.3 step 6, §9). Deviations, each a [REC] of the spec:
-- saturated observations never enter the window (spec §8): a `queue_growing` flag, or a rate at
-  or above `saturation_fraction` of the saturation rate of the current *fitted* estimate (never
-  of a seed, which may be far off). A fitted estimate can be wrong too: after `window_size`
-  model-saturated observations in a row, further ones are let through until one is not, so a
-  tuner whose estimate is too slow cannot lock itself out (spec §16 #12-14);
-- the first fit also runs the identifiability and bounds checks: until it passes the tuner stays
-  "warming" (no estimate) rather than publishing the light-traffic guess (spec §16 #15);
-- identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone;
-- given initial parameters (an operator calibration), the tuner starts "holding" them with
-  reason "seeded", and warm-starts its first fit from them.
+refits the window warm-started from the current estimate (spec §7.3, §16 #4), trimmed (below),
+and accepts the fit only if it converged, lies within the physical bounds and either identifies
+every parameter or predicts its window within PARTIAL_MAX_ERROR; otherwise the last good
+estimate is held (spec §7.3 step 6, §9). Deviations, [REC]s of the spec or fixes of what one
+request shape did to it:
+- a MAP fit (`prior`): per parameter, a weak prior centred on the last value the data
+  identified, else the seed (configured, or restored under changed settings: a centre the data
+  replaces as it warrants, never a pin), else the physical or generic prior; on steady traffic
+  narrowed around the estimate (`memory`);
+- trimmed refits (worst point left out while its error norm exceeds `residual_threshold`, up to
+  a third of the window; spec §7.3 step 5 repeated) and a median bias: spikes move neither;
+- saturated observations never enter the window (spec §8): `queue_growing`, or a rate at or
+  above `saturation_fraction` of the *fitted* estimate's saturation rate; after `window_size`
+  such skips in a row the data decides again (an estimate too slow cannot lock itself out; spec
+  §16 #12-14). Cold, `trust.looks_saturated` and `window_fit.without_saturated` keep such
+  points out of the first fit;
+- a detected change (`trust.changed`) cuts the window to its newest CHANGE_RUN points, fitted
+  at once with the prior;
+- identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone.
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
+from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
+from model.calibration.prior import GENERIC_PRIOR, Prior
 from model.calibration.residuals import FitProblem
+from model.calibration.trust import CHANGE_RUN, changed, looks_saturated, robust_bias
 from model.calibration.verdict import (
     SKIP_MESSAGES,
     TUNER_MESSAGES,
@@ -41,6 +49,7 @@ from model.calibration.verdict import (
     TunerStatus,
     judge,
 )
+from model.calibration.window_fit import trimmed, without_saturated
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.validation import require_int_at_least, require_non_negative, require_positive
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
@@ -75,7 +84,10 @@ class Tuner:
         upper_bounds: ServiceParams = DEFAULT_UPPER_BOUNDS,
         max_std_error: float = DEFAULT_MAX_STD_ERROR,
         options: ModelOptions = DEFAULT_MODEL,
+        prior: Prior = GENERIC_PRIOR,
     ) -> None:
+        """`initial` is a seed: held until the first fit, and the prior's centre until the data
+        identifies each parameter; `prior` is the centre without one (physical or generic)."""
         self.server = ServerConfig() if server is None else server
         if not isinstance(self.server, ServerConfig):
             raise ValueError(f"`server` must be a ServerConfig, got {server!r}")
@@ -109,7 +121,11 @@ class Tuner:
         if not isinstance(options, ModelOptions):
             raise ValueError(f"`options` must be a ModelOptions, got {options!r}")
         self.options = options
+        if not isinstance(prior, Prior):
+            raise ValueError(f"`prior` must be a Prior, got {prior!r}")
+        self.prior = prior
         self.initial = initial
+        self._memory = CalibrationMemory()
         self._window: deque[Observation] = deque(maxlen=self.window_size)
         self._params = initial
         self._state = TunerState.WARMING if initial is None else TunerState.HOLDING
@@ -118,7 +134,6 @@ class Tuner:
         self._fit_count = 0
         self._skipped = dict.fromkeys(SkipReason, 0)
         self._saturated_run = 0  # model-saturated observations skipped in a row
-        self._partial = False  # the estimate came from a fit that did not identify everything
 
     @property
     def params(self) -> ServiceParams | None:
@@ -152,23 +167,46 @@ class Tuner:
         """Number of accepted fits."""
         return self._fit_count
 
-    def bias(self) -> tuple[float, float] | None:
-        """Mean signed relative error (pred - meas) / meas of the current estimate over the
-        window, (TTFT, ITL); None without an estimate or a window. A model that fits its
-        window well can still be biased on one metric (the fit trades TTFT against ITL);
-        sizing divides predictions by (1 + bias)."""
+    def _window_errors(self) -> NDArray[np.float64] | None:
+        """(K, 2) relative errors of the current estimate over the window, or None."""
         if self._params is None or not self._window:
             return None
         if self._last_fit is not None and self._last_fit.params == self._params:
-            errors = self._last_fit.residuals  # the accepted fit already evaluated its window
-        else:
-            problem = FitProblem(list(self._window), self.server, self.options)
-            errors, _ = problem.relative_errors(self._params)
-        finite = np.isfinite(errors).all(axis=1)
-        if not finite.any():
-            return None
-        mean = errors[finite].mean(axis=0)
-        return float(mean[0]), float(mean[1])
+            if len(self._last_fit.residuals) == len(self._window):
+                return self._last_fit.residuals  # the accepted fit already evaluated its window
+        problem = FitProblem(list(self._window), self.server, self.options)
+        errors, _ = problem.relative_errors(self._params)
+        return errors
+
+    def bias(self) -> tuple[float, float] | None:
+        """Median signed relative error (pred - meas) / meas of the current estimate over the
+        window, (TTFT, ITL); None without an estimate or a window. A model that fits its
+        window well can still be biased on one metric (the fit trades TTFT against ITL);
+        sizing divides predictions by (1 + bias). The median, so a few spikes cannot move it."""
+        errors = self._window_errors()
+        return None if errors is None else robust_bias(errors)
+
+    @property
+    def identified(self) -> tuple[bool, bool, bool]:
+        """Per parameter: the published estimate's value comes from data (else: the prior)."""
+        return self._memory.identified
+
+    def confidence(self) -> float:
+        """Calibration confidence 0-1 (formula in `model.calibration.trust`)."""
+        return self._memory.confidence(
+            self._params is not None, self._window_errors(), self.min_observations
+        )
+
+    def current_prior(self) -> Prior:
+        """The prior of the next fit: on steady traffic, a narrow one around the estimate;
+        cold, seeded or after a detected change, per parameter centred on the last value the
+        data identified, else the seed, else `prior` (`CalibrationMemory.prior`)."""
+        memory = self._memory
+        recovering = memory.since_change is not None and memory.since_change < self.min_observations
+        steady = None if self._fit_count == 0 or recovering else self._params
+        return memory.prior(
+            self.prior, self.initial, (self.lower_bounds, self.upper_bounds), steady
+        )
 
     @property
     def skipped(self) -> Mapping[SkipReason, int]:
@@ -179,32 +217,60 @@ class Tuner:
         """Take one cycle's observation; refit the window when it holds enough points."""
         if not isinstance(observation, Observation):
             raise ValueError(f"`observation` must be an Observation, got {observation!r}")
+        memory = self._memory
+        if memory.since_change is not None:
+            memory.since_change += 1
         skip = self._skip_reason(observation)
         if skip is not None:
             self._skipped[skip] += 1
+            memory.held += self._params is not None
             return self._status(success=False, skipped=skip)
         self._window.append(observation)
-        if len(self._window) < self.min_observations:
+        self._cut_on_change()
+        # After a change cut the window, its newest points are fitted at once (with the prior).
+        needed = CHANGE_RUN if self._fit_count > 0 else self.min_observations
+        if len(self._window) < min(needed, self.min_observations):
+            memory.held += self._params is not None
             return self._status(success=False)
         result, dropped = self._refit()
         self._last_fit = result
-        verdict = self._judge(result)
+        recovering = self._memory.since_change is not None and len(self._window) < self.window_size
+        verdict = judge(
+            result, self.lower_bounds, self.upper_bounds, need_identified=not recovering
+        )
         accepted = verdict in (TunerReason.ACCEPTED, TunerReason.ACCEPTED_PARTIAL)
         if accepted:
             self._params = result.params
-            self._partial = verdict is TunerReason.ACCEPTED_PARTIAL
+            memory.accept(result.params, result.identified)
             self._state = TunerState.FITTED
             self._fit_count += 1
         else:
             self._state = TunerState.WARMING if self._params is None else TunerState.HOLDING
+            memory.held += self._params is not None
         self._reason = verdict
         return self._status(success=accepted, dropped=dropped, result=result)
+
+    def _cut_on_change(self) -> None:
+        """Keep only the newest CHANGE_RUN points when they show the deployment changed."""
+        if self._params is None or self._fit_count == 0 or len(self._window) <= CHANGE_RUN:
+            return
+        problem = FitProblem(list(self._window), self.server, self.options)
+        errors, _ = problem.relative_errors(self._params)
+        if changed(errors):
+            newest = list(self._window)[-CHANGE_RUN:]
+            self._window.clear()
+            self._window.extend(newest)
+            self._memory.since_change = 0
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
             return SkipReason.QUEUE_GROWING
-        if self._params is None or self._fit_count == 0 or self.saturation_fraction is None:
+        if self.saturation_fraction is None:
             return None
+        if self._params is None or self._fit_count == 0:
+            centre = self.current_prior().centre
+            cold = looks_saturated(observation, centre, self.server, self.options)
+            return SkipReason.SATURATED if cold else None
         _, load = FitProblem([observation], self.server, self.options).relative_errors(self._params)
         if load[0] < self.saturation_fraction:
             self._saturated_run = 0
@@ -214,37 +280,39 @@ class Tuner:
         self._saturated_run += 1
         return SkipReason.SATURATED
 
-    def _refit(self) -> tuple[FitResult, Observation | None]:
-        """Fit the window; leave out its worst point once if that point is an outlier."""
-        window = list(self._window)
-        # A partial estimate can sit where an unidentified parameter has run to zero, a point a
-        # warm start in log space cannot leave: refit it from the light-traffic guess instead.
-        start = None if self._partial else self._params
-        first = self._fit(window, start)
-        if self.residual_threshold <= 0 or len(window) < 2:
-            return first, None
-        scores = np.hypot(first.residuals[:, 0], first.residuals[:, 1])
-        worst = int(np.argmax(scores))
-        if not scores[worst] > self.residual_threshold:
-            return first, None
-        rest = window[:worst] + window[worst + 1 :]
-        return self._fit(rest, first.params), window[worst]
+    def _refit(self) -> tuple[FitResult, tuple[Observation, ...]]:
+        """Fit the window; cold, without points the fit puts at saturation (they leave the
+        window); then trimmed, at most a third of the window (`window_fit`)."""
+        kept = list(self._window)
+        start = self._params
+        if start is None and (self.initial is not None or self.prior is not GENERIC_PRIOR):
+            start = self.current_prior().centre
+        result = self._fit(kept, start)
+        if self._fit_count == 0:
+            rest, result = without_saturated(kept, result, self._fit, self.server, self.options)
+            if len(rest) < len(kept):
+                self._skipped[SkipReason.SATURATED] += len(kept) - len(rest)
+                self._window = deque(rest, maxlen=self.window_size)
+                kept = list(rest)
+        max_trim = (len(self._window) - 1) // 3
+        return trimmed(kept, result, self._fit, self.residual_threshold, max_trim)
 
     def _fit(self, observations: list[Observation], start: ServiceParams | None) -> FitResult:
         return fit(
-            observations, self.server, start, options=self.options, max_std_error=self.max_std_error
+            observations,
+            self.server,
+            start,
+            options=self.options,
+            max_std_error=self.max_std_error,
+            prior=self.current_prior(),
         )
-
-    def _judge(self, result: FitResult) -> TunerReason:
-        may_replace = self._params is None or self._partial
-        return judge(result, self.lower_bounds, self.upper_bounds, may_replace=may_replace)
 
     def _status(
         self,
         *,
         success: bool,
         skipped: SkipReason | None = None,
-        dropped: Observation | None = None,
+        dropped: tuple[Observation, ...] = (),
         result: FitResult | None = None,
     ) -> TunerStatus:
         message = TUNER_MESSAGES[self._reason]
@@ -257,7 +325,7 @@ class Tuner:
             message=message,
             params=self._params,
             skipped=skipped,
-            dropped_outlier=dropped,
+            dropped_outliers=dropped,
             fit=result,
             window_size=len(self._window),
             fit_count=self._fit_count,
@@ -278,12 +346,13 @@ class Tuner:
                 "upper_bounds": self.upper_bounds.to_dict(),
                 "max_std_error": self.max_std_error,
                 "options": self.options.to_dict(),
+                "prior": self.prior.to_dict(),
             },
             "state": self._state.value,
             "reason": self._reason.value,
             "params": None if self._params is None else self._params.to_dict(),
             "fit_count": self._fit_count,
-            "partial": self._partial,
+            **self._memory.to_dict(),
             "skipped": {reason.value: count for reason, count in self._skipped.items()},
             "saturated_run": self._saturated_run,
             "window": [obs.to_dict() for obs in self._window],
@@ -309,6 +378,7 @@ class Tuner:
                 upper_bounds=ServiceParams.from_dict(cfg["upper_bounds"]),
                 max_std_error=cfg["max_std_error"],
                 options=ModelOptions.from_dict(cfg["options"]),
+                prior=Prior.from_dict(cfg["prior"]) if "prior" in cfg else GENERIC_PRIOR,
             )
             state = _enum(TunerState, "state", data["state"])
             reason = _enum(TunerReason, "reason", data["reason"])
@@ -318,7 +388,7 @@ class Tuner:
             tuner._last_fit = None if last_fit is None else FitResult.from_dict(last_fit)
             tuner._fit_count = require_int_at_least("fit_count", data["fit_count"], 0)
             tuner._saturated_run = require_int_at_least("saturated_run", data["saturated_run"], 0)
-            tuner._partial = bool(data.get("partial", False))
+            tuner._memory = CalibrationMemory.from_dict(data, params)
             for key, count in data["skipped"].items():
                 skip = _enum(SkipReason, "skipped", key)
                 tuner._skipped[skip] = require_int_at_least(f"skipped.{key}", count, 0)

@@ -11,11 +11,11 @@ from model.calibration.fit import FitResult, FitStatus
 from model.calibration.observation import Observation
 from model.queueing.params import ServiceParams
 
-# With no fully identified estimate yet, a fit that leaves a parameter unidentified (one request
-# shape: beta and gamma trade off) is still published when it predicts its window this well
-# (mean relative error of TTFT and of ITL): it is right for the shapes the deployment serves,
-# and waiting for a second shape could mean never sizing at all. The bound is loose because
-# sizing corrects a consistent error (Tuner.bias); real engines fit to 15-20 % here.
+# A fit that leaves a parameter unidentified (one request shape: beta and gamma trade off) holds
+# it at the prior's centre, and is published when it predicts its window this well (mean
+# relative error of TTFT and of ITL): it is right for the shapes the deployment serves. The
+# bound is loose because sizing corrects a consistent error (Tuner.bias); real engines fit to
+# 15-20 % here.
 PARTIAL_MAX_ERROR = 0.25
 
 
@@ -50,10 +50,11 @@ class SkipReason(StrEnum):
 TUNER_MESSAGES: Mapping[TunerReason, str] = MappingProxyType(
     {
         TunerReason.COLLECTING: "collecting observations for the first fit",
-        TunerReason.SEEDED: "holding the initial parameters until the window can be fitted",
+        TunerReason.SEEDED: "holding the initial parameters until the window can be fitted "
+        "(they are the fit's prior, not a pin)",
         TunerReason.ACCEPTED: "the window fit was accepted",
-        TunerReason.ACCEPTED_PARTIAL: "the window fit predicts the observed request shapes but "
-        "does not identify every parameter",
+        TunerReason.ACCEPTED_PARTIAL: "the window fit predicts the observed request shapes; "
+        "the parameters it does not identify stay at the prior",
         TunerReason.NOT_CONVERGED: "the window fit did not converge",
         TunerReason.UNSTABLE: "the window fit leaves an observation at or above saturation",
         TunerReason.UNIDENTIFIED: "the window does not identify every parameter",
@@ -85,7 +86,7 @@ class TunerStatus:
     message: str
     params: ServiceParams | None
     skipped: SkipReason | None  # why the observation stayed out of the window
-    dropped_outlier: Observation | None  # the window point left out of this update's fit
+    dropped_outliers: tuple[Observation, ...]  # window points left out of this update's fit
     fit: FitResult | None
     window_size: int
     fit_count: int
@@ -96,26 +97,22 @@ def judge(
     lower_bounds: ServiceParams,
     upper_bounds: ServiceParams,
     *,
-    may_replace: bool,
+    need_identified: bool = True,
 ) -> TunerReason:
-    """The verdict on one window fit; `may_replace` says whether a partial fit may become the
-    estimate (there is none yet, or the current one is itself partial)."""
+    """The verdict on one window fit: every parameter, identified or held at the prior, must
+    lie within the physical bounds, since every one is published and sized with. A partial fit
+    must identify some parameter unless `need_identified` is False (the few points after a
+    detected change: the prior carries what they cannot pin)."""
     if not result.success:
         return _REJECTIONS.get(result.status, TunerReason.NOT_CONVERGED)
     values = zip(
-        result.params.as_tuple(),
-        lower_bounds.as_tuple(),
-        upper_bounds.as_tuple(),
-        result.identified,
-        strict=True,
+        result.params.as_tuple(), lower_bounds.as_tuple(), upper_bounds.as_tuple(), strict=True
     )
-    # An unidentified parameter is not measured by the window, so its value says nothing
-    # about the deployment; only the identified ones must be physical.
-    if not all(lo <= v <= hi for v, lo, hi, known in values if known):
+    if not all(lo <= v <= hi for v, lo, hi in values):
         return TunerReason.OUT_OF_BOUNDS
     if result.all_identified:
         return TunerReason.ACCEPTED
     worst = max(result.ttft_error.mean_ratio, result.itl_error.mean_ratio)
-    if may_replace and any(result.identified) and worst <= PARTIAL_MAX_ERROR:
+    if (any(result.identified) or not need_identified) and worst <= PARTIAL_MAX_ERROR:
         return TunerReason.ACCEPTED_PARTIAL
     return TunerReason.UNIDENTIFIED

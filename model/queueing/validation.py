@@ -21,8 +21,10 @@ def require_number(name: str, value: object) -> float:
 
 def require_positive(name: str, value: object) -> float:
     """A finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not (
-        math.isfinite(float(value)) and float(value) > 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not (math.isfinite(float(value)) and float(value) > 0)
     ):
         raise ValueError(f"`{name}` must be a finite number > 0, got {_describe(value)}")
     return float(value)
@@ -30,8 +32,10 @@ def require_positive(name: str, value: object) -> float:
 
 def require_non_negative(name: str, value: object) -> float:
     """A finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not (
-        math.isfinite(float(value)) and float(value) >= 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not (math.isfinite(float(value)) and float(value) >= 0)
     ):
         raise ValueError(f"`{name}` must be a finite number >= 0, got {_describe(value)}")
     return float(value)
@@ -39,8 +43,10 @@ def require_non_negative(name: str, value: object) -> float:
 
 def require_at_least(name: str, value: object, minimum: float) -> float:
     """A finite number >= minimum."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not (
-        math.isfinite(float(value)) and float(value) >= minimum
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not (math.isfinite(float(value)) and float(value) >= minimum)
     ):
         raise ValueError(f"`{name}` must be a finite number >= {minimum:g}, got {_describe(value)}")
     return float(value)

@@ -33,11 +33,16 @@ class ModelVariant(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ArchitectureSpec:
     """Transformer shape behind the prefill attention term: layers, hidden (query) width,
-    parameter count. Refinements §6."""
+    parameter count (refinements §6); and the KV-cache shape behind the physical prior of
+    gamma: KV heads, head dimension, bytes per cached element (2 for BF16, 1 for FP8). A GQA
+    model caches far fewer bytes per token than hidden_size implies."""
 
     num_layers: int
     hidden_size: int
     num_parameters: float
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_cache_bytes: float = 2.0
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -49,6 +54,20 @@ class ArchitectureSpec:
         object.__setattr__(
             self, "num_parameters", require_positive("num_parameters", self.num_parameters)
         )
+        for name in ("num_kv_heads", "head_dim"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, require_int_at_least(name, getattr(self, name), 1))
+        object.__setattr__(
+            self, "kv_cache_bytes", require_positive("kv_cache_bytes", self.kv_cache_bytes)
+        )
+
+    @property
+    def kv_bytes_per_token(self) -> float | None:
+        """Bytes one cached token occupies: 2 (K, V) x layers x KV heads x head dim x bytes per
+        element; None without the KV shape."""
+        if self.num_kv_heads is None or self.head_dim is None:
+            return None
+        return 2.0 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_cache_bytes
 
     @property
     def attention_ratio(self) -> float:
@@ -56,21 +75,37 @@ class ArchitectureSpec:
         token (dimensionless)."""
         return 4.0 * self.hidden_size * self.num_layers / (2.0 * self.num_parameters)
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | None]:
         return {
             "num_layers": self.num_layers,
             "hidden_size": self.hidden_size,
             "num_parameters": self.num_parameters,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "kv_cache_bytes": self.kv_cache_bytes,
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, float]) -> ArchitectureSpec:
-        return cls(int(data["num_layers"]), int(data["hidden_size"]), data["num_parameters"])
+    def from_dict(cls, data: Mapping[str, Any]) -> ArchitectureSpec:
+        """Inverse of to_dict; a dict saved before the KV shape existed reads without it."""
+        kv_heads, head_dim = data.get("num_kv_heads"), data.get("head_dim")
+        return cls(
+            int(data["num_layers"]),
+            int(data["hidden_size"]),
+            float(data["num_parameters"]),
+            None if kv_heads is None else int(kv_heads),
+            None if head_dim is None else int(head_dim),
+            float(data.get("kv_cache_bytes", 2.0)),
+        )
 
 
 # Two architectures of the paper's validation grid (Hugging Face configs).
-LLAMA_3_1_8B = ArchitectureSpec(num_layers=32, hidden_size=4096, num_parameters=8.03e9)
-QWEN_2_5_14B = ArchitectureSpec(num_layers=48, hidden_size=5120, num_parameters=14.77e9)
+LLAMA_3_1_8B = ArchitectureSpec(
+    num_layers=32, hidden_size=4096, num_parameters=8.03e9, num_kv_heads=8, head_dim=128
+)
+QWEN_2_5_14B = ArchitectureSpec(
+    num_layers=48, hidden_size=5120, num_parameters=14.77e9, num_kv_heads=8, head_dim=128
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

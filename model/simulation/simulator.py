@@ -191,8 +191,11 @@ class Simulator:
         if count > len(active):
             for _ in range(count - len(active)):
                 replica = self._new_replica()
-                self._push(self._now_s + self._startup_delay_s, Priority.REPLICA_READY,
-                           ReplicaReady(replica.index))
+                self._push(
+                    self._now_s + self._startup_delay_s,
+                    Priority.REPLICA_READY,
+                    ReplicaReady(replica.index),
+                )
             return
         surplus = len(active) - count
         # Cancel replicas still starting before draining serving ones; newest first.
@@ -372,8 +375,11 @@ class Simulator:
         self._push(float(self._requests.arrival_s[req]), Priority.ARRIVAL, Arrival(req))
 
     def _push_iteration_end(self, replica: Replica, end_s: float) -> None:
-        self._push(max(end_s, self._now_s), Priority.ITERATION_END,
-                   IterationEnd(replica.index, replica.generation))
+        self._push(
+            max(end_s, self._now_s),
+            Priority.ITERATION_END,
+            IterationEnd(replica.index, replica.generation),
+        )
 
     def _push(self, time_s: float, priority: Priority, event: Event) -> None:
         heapq.heappush(self._heap, (time_s, int(priority), next(self._seq), event))

@@ -43,6 +43,8 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_prefix_cache_hit_ratio",
         "vllm_sizer_arrival_cv",
         "vllm_sizer_kv_batch_limit",
+        "vllm_sizer_calibration_confidence",
+        "vllm_sizer_parameter_source",
     }
 )
 # Per-deployment counters of the daemon (label `deployment`, but no `model_name`).

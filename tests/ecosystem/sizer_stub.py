@@ -24,7 +24,7 @@ from prometheus_client.core import (
 
 from exporter.config import DemandKind, SourceKind
 from exporter.errors import FailureReason
-from exporter.exposition import ENUM_GAUGES, Signal
+from exporter.exposition import ENUM_GAUGES, Parameter, ParameterSource, Signal
 from exporter.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
 from exporter.reading.pod_observation import Problem
 from exporter.traffic import LengthCvKind
@@ -65,6 +65,7 @@ class SizerValues:
             "prefix_cache_hit_ratio": 0.42,
             "arrival_cv": 1.3,
             "kv_batch_limit": 180.0,
+            "calibration_confidence": 0.9,
         }
     )
     # The current value of each enum-style gauge (exporter.exposition.ENUM_GAUGES).
@@ -82,6 +83,9 @@ class SizerValues:
     )
     length_cv: dict[str, float] = field(
         default_factory=lambda: {LengthCvKind.PROMPT.value: 0.9, LengthCvKind.OUTPUT.value: 1.1}
+    )
+    parameter_sources: dict[str, str] = field(
+        default_factory=lambda: {"alpha": "data", "beta": "data", "gamma": "prior"}
     )
     # Scrape errors per cycle, by reason (the others stay at 0).
     errors_per_cycle: dict[str, float] = field(
@@ -133,6 +137,16 @@ class StubCollector:
         for kind, cv in v.length_cv.items():
             spread.add_metric([*key, kind], cv)
         yield spread
+        sources = GaugeMetricFamily(
+            PREFIX + "parameter_source", "source", labels=[*labels, "parameter", "source"]
+        )
+        for parameter in Parameter:
+            current = v.parameter_sources[parameter.value]
+            for source in ParameterSource:
+                sources.add_metric(
+                    [*key, parameter.value, source.value], float(source.value == current)
+                )
+        yield sources
         yield from self._operation(v)
 
     def _operation(self, v: SizerValues) -> Iterator[Metric]:

@@ -167,6 +167,7 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
         collector.PREFIX + "fit_error_ratio",
         collector.PREFIX + "demand",
         collector.PREFIX + "request_length_cv",
+        collector.PREFIX + "parameter_source",
     }
     assert gauges | enums | labelled == names
     assert {m.type for m in families} == {"gauge"}

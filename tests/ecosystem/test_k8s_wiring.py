@@ -131,7 +131,11 @@ def test_average_value_gives_the_desired_count_whatever_the_current(current, des
 
 
 def test_trigger_query_is_max_of_the_desired_gauge_for_this_deployment() -> None:
-    expr = promql_parser.parse(trigger()["metadata"]["query"])
+    whole = promql_parser.parse(trigger()["metadata"]["query"])
+    # The sizer's count `or on()` the reactive one (no scalingModifiers: one query).
+    assert isinstance(whole, promql_parser.BinaryExpr) and str(whole.op) == "or"
+    assert whole.modifier is not None and list(whole.modifier.matching.labels) == []
+    expr = whole.lhs
     assert isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "max"
     # Sidecar mode has one copy per pod: summing them would multiply the recommendation.
     assert "sum" not in aggregations(expr)
@@ -224,7 +228,9 @@ def test_adapter_rule_serves_the_hpa_metric_and_folds_copies_with_max() -> None:
     query = render_adapter_template(
         rule["metricsQuery"], DESIRED, f'namespace="inference",deployment="{SCALED}"'
     )
-    expr = promql_parser.parse(query)
+    whole = promql_parser.parse(query)
+    assert isinstance(whole, promql_parser.BinaryExpr) and str(whole.op) == "or"
+    expr = whole.lhs
     # The HPA sums every series it gets; one per deployment, folded with max.
     assert isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "max"
     assert list(expr.modifier.labels) == ["deployment"]
@@ -358,6 +364,7 @@ def test_sidecars_read_every_vllm_pod_through_the_headless_service() -> None:
 @pytest.mark.parametrize("mode", ["sidecar", "central"])
 def test_sizer_configmap_is_accepted_by_the_daemon_config_loader(mode) -> None:
     import exporter.config_loader as config_module
+
     config = config_module.parse_config(sizer_configs()[mode])  # ConfigError lists every bad key
     (dep,) = [d for d in config.deployments if d.name == SCALED]
     assert config.listen_port == SIZER_PORT

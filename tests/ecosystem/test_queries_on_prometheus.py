@@ -1,10 +1,12 @@
 """The shipped PromQL, evaluated by a real Prometheus server scraping stand-in sizers.
 
 Four stubs export every series of the daemon for one deployment the way sidecar mode does:
-three live copies recommending 5 replicas and one frozen copy (last successful cycle 10 minutes
-ago) still exporting 9. A second deployment has only frozen copies. Prometheus (Debian's package,
-on loopback) scrapes them twice a second; the tests query its HTTP API with the exact strings
-from the manifests and the dashboard.
+three live copies recommending 5 replicas at calibration confidence 0.9 and one frozen copy
+(last successful cycle 10 minutes ago) still exporting 9. A second deployment has only frozen
+copies (one of them at low confidence). A third has two live copies whose confidence is 0.3,
+and two vLLM pods holding 100 + 30 and 60 + 10 running + waiting requests. Prometheus (Debian's
+package, on loopback) scrapes them twice a second; the tests query its HTTP API with the exact
+strings from the manifests and the dashboard.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from exporter.exposition import ENUM_GAUGES, PREFIX
 from tests.ecosystem.dashboard import EXPORTED_METRICS, panel_queries
 from tests.ecosystem.manifests import find
 from tests.ecosystem.sizer_stub import SizerValues, StubCollector, StubSizer
+from tests.fixtures.metrics_server import MetricsServer
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +36,9 @@ LIVE_DESIRED = 5
 FROZEN_DESIRED = 9
 LIVE_COPIES = 3
 FROZEN_DEPLOYMENT = "frozen-vllm"
+UNSURE_DEPLOYMENT = "unsure-vllm"  # a live sizer whose calibration it does not trust
+UNSURE_PODS = ((100.0, 30.0), (60.0, 10.0))  # running, waiting
+REACTIVE_PER_POD = 64  # requests per replica in the shipped reactive branch
 
 
 @pytest.fixture(scope="module")
@@ -41,20 +47,49 @@ def stubs() -> Iterator[list[StubSizer]]:
     made = [StubSizer(SizerValues(desired_replicas=LIVE_DESIRED)) for _ in range(LIVE_COPIES)]
     made.append(StubSizer(SizerValues(desired_replicas=FROZEN_DESIRED, last_success_age_s=frozen)))
     made.append(StubSizer(SizerValues(deployment=FROZEN_DEPLOYMENT, last_success_age_s=frozen)))
+    low = SizerValues(deployment=FROZEN_DEPLOYMENT, last_success_age_s=frozen)
+    low.per_deployment["calibration_confidence"] = 0.2
+    made.append(StubSizer(low))
+    for _ in range(2):
+        unsure = SizerValues(deployment=UNSURE_DEPLOYMENT, desired_replicas=7)
+        unsure.per_deployment["calibration_confidence"] = 0.3
+        made.append(StubSizer(unsure))
     yield made
     with ThreadPoolExecutor(len(made)) as pool:  # each shutdown waits up to 0.5 s for its loop
         list(pool.map(StubSizer.close, made))
 
 
+def vllm_gauges(pod: str, running: float, waiting: float) -> str:
+    """A vLLM pod's request gauges in the text format (the names keep their colon)."""
+    return (
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{pod="{pod}"}} {running}\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{pod="{pod}"}} {waiting}\n'
+    )
+
+
 @pytest.fixture(scope="module")
-def prometheus(stubs, tmp_path_factory) -> Iterator[str]:
+def vllm_pods() -> Iterator[list[MetricsServer]]:
+    """The unsure deployment's two vLLM pods."""
+    pods = [
+        MetricsServer(lambda k=k, r=r, w=w: vllm_gauges(f"{UNSURE_DEPLOYMENT}-{k}", r, w)).start()
+        for k, (r, w) in enumerate(UNSURE_PODS)
+    ]
+    yield pods
+    for pod in pods:
+        pod.stop()
+
+
+@pytest.fixture(scope="module")
+def prometheus(stubs, vllm_pods, tmp_path_factory) -> Iterator[str]:
     """A Prometheus scraping every stub each 0.5 s; its base URL once two rounds are in."""
     workdir: Path = tmp_path_factory.mktemp("prometheus")
     # The namespace label is what the PodMonitor's target labels give in a cluster.
     targets = [
         prometheus_server.Target(f"http://{s.address}/metrics", labels={"namespace": "inference"})
         for s in stubs
-    ]
+    ] + [prometheus_server.Target(pod.url, labels={"namespace": "inference"}) for pod in vllm_pods]
     server = prometheus_server.PrometheusServer(targets, workdir=workdir, scrape_interval_s=0.5)
     try:
         server.start()
@@ -118,6 +153,47 @@ def test_frozen_sizers_give_an_empty_result_so_the_fallback_engages(prometheus) 
     # The bare gauge is still there: without the guard KEDA would keep scaling on a stale value.
     bare = f'max(vllm_sizer_desired_replicas{{deployment="{FROZEN_DEPLOYMENT}"}})'
     assert len(instant(prometheus, bare)) == 1
+
+
+def for_deployment(query: str, deployment: str) -> str:
+    """The shipped query for another deployment (its name also prefixes its pods)."""
+    return query.replace("llama-8b-vllm", deployment)
+
+
+def adapter_query(deployment: str) -> str:
+    config = yaml.safe_load(find("ConfigMap", "prometheus-adapter")["data"]["config.yaml"])
+    (rule,) = config["externalRules"]
+    return for_deployment(
+        rule["metricsQuery"]
+        .replace("<<.Series>>", "vllm_sizer_desired_replicas")
+        .replace("<<.LabelMatchers>>", 'namespace="inference",deployment="llama-8b-vllm"'),
+        deployment,
+    )
+
+
+def test_low_confidence_hands_over_to_the_running_and_waiting_requests(prometheus) -> None:
+    reactive = math.ceil(sum(r + w for r, w in UNSURE_PODS) / REACTIVE_PER_POD)
+    assert reactive == 4  # not the unsure sizer's own 7
+    for query in (
+        for_deployment(trigger_query(), UNSURE_DEPLOYMENT),
+        adapter_query(UNSURE_DEPLOYMENT),
+    ):
+        (sample,) = instant(prometheus, query)
+        assert float(sample["value"][1]) == reactive, query
+    # The adapter's series carries the deployment the HPA selects on.
+    assert instant(prometheus, adapter_query(UNSURE_DEPLOYMENT))[0]["metric"] == {
+        "deployment": UNSURE_DEPLOYMENT
+    }
+
+
+def test_high_confidence_keeps_the_sizers_count_and_frozen_stays_empty(prometheus) -> None:
+    # KEDA's trigger and the adapter's rule agree in every case.
+    (keda,) = instant(prometheus, trigger_query())
+    (adapter,) = instant(prometheus, adapter_query("llama-8b-vllm"))
+    assert float(keda["value"][1]) == float(adapter["value"][1]) == LIVE_DESIRED
+    # Frozen sizers, even one reporting a low confidence, leave the result empty: the fallback.
+    assert instant(prometheus, for_deployment(trigger_query(), FROZEN_DEPLOYMENT)) == []
+    assert instant(prometheus, adapter_query(FROZEN_DEPLOYMENT)) == []
 
 
 def test_sum_would_multiply_the_sidecar_copies(prometheus) -> None:

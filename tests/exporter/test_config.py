@@ -10,7 +10,9 @@ import yaml
 
 from exporter.config import DemandKind
 from exporter.config_loader import load_config, parse_config
+from exporter.deployment_state import new_tuner
 from exporter.errors import ConfigError
+from model.calibration.prior import GENERIC_PRIOR, Accelerator, default_prior
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,6 +52,7 @@ def test_defaults() -> None:
     assert dep.source.kind == "scrape"
 
 
+LLAMA_ARCH = {"num_layers": 32, "hidden_size": 4096, "num_parameters": 8.03e9}
 BAD = [
     ({"cycle_period_s": 0}, r"cycle_period_s: must be a number >= 1 and <= 3600 \(s.*got 0"),
     ({"listen_address": "9464"}, r"listen_address: must be HOST:PORT.*got '9464'"),
@@ -91,6 +94,15 @@ BAD_DEPLOYMENT = [
         {"model": {"architecture": {"num_layers": 32}}},
         r"model.architecture.hidden_size: is required",
     ),
+    (
+        {"model": {"architecture": {**LLAMA_ARCH, "num_kv_heads": 8}}},
+        r"model.architecture: must set num_kv_heads and head_dim together",
+    ),
+    (
+        {"model": {"architecture": {**LLAMA_ARCH, "kv_cache_bytes": 0}}},
+        r"model.architecture.kv_cache_bytes: must be a number > 0 \(bytes per element\), got 0",
+    ),
+    ({"accelerator": "H800"}, r"deployments\[0\].accelerator: must be one of H100, H200, A100"),
 ]
 
 
@@ -141,6 +153,20 @@ def test_model_options() -> None:
     # The CVs the config gives are pinned: the measured ones are not used in their place.
     assert dep.deployments[0].pinned_inputs == {"arrival_cv"}
     assert parse_config(minimal()).deployments[0].pinned_inputs == frozenset()
+
+
+def test_architecture_and_accelerator_give_the_physical_prior() -> None:
+    arch = {**LLAMA_ARCH, "num_kv_heads": 8, "head_dim": 128}
+    dep = parse_config(minimal(model={"architecture": arch}, accelerator="H100")).deployments[0]
+    assert dep.model.architecture is not None
+    assert dep.model.architecture.kv_bytes_per_token == 131_072
+    assert dep.accelerator == "H100"
+    tuner = new_tuner(dep)
+    assert tuner.prior == default_prior(dep.model.architecture, Accelerator.H100)
+    assert tuner.prior != GENERIC_PRIOR
+    # Either one alone leaves the generic prior.
+    alone = parse_config(minimal(accelerator="A100")).deployments[0]
+    assert new_tuner(alone).prior is GENERIC_PRIOR
 
 
 # --- scale_from_zero ---------------------------------------------------------------------------

@@ -121,6 +121,28 @@ def test_fit_error_is_a_ratio_labelled_by_signal() -> None:
     assert registry.get_sample_value("vllm_sizer_fit_error_ratio", itl) is None
 
 
+def test_confidence_and_parameter_sources() -> None:
+    registry = exposition(status(calibration_confidence=0.83, identified=(True, True, False)))
+    assert registry.get_sample_value("vllm_sizer_calibration_confidence", KEY) == 0.83
+    seen = {
+        (p, src): registry.get_sample_value(
+            "vllm_sizer_parameter_source", {**KEY, "parameter": p, "source": src}
+        )
+        for p in ("alpha", "beta", "gamma")
+        for src in ("data", "prior")
+    }
+    assert seen == {
+        ("alpha", "data"): 1.0, ("alpha", "prior"): 0.0,
+        ("beta", "data"): 1.0, ("beta", "prior"): 0.0,
+        ("gamma", "data"): 0.0, ("gamma", "prior"): 1.0,
+    }  # fmt: skip
+    # Warming: a confidence of 0 and no parameter to say anything about.
+    warming = exposition(status(params=None, identified=None))
+    assert warming.get_sample_value("vllm_sizer_calibration_confidence", KEY) == 0.0
+    text = generate_latest(warming).decode()
+    assert "vllm_sizer_parameter_source{" not in text
+
+
 def test_health_gauges_are_zero_one_and_counts() -> None:
     registry = exposition(status(source_up=False, pods_observed=0, saturated=True))
     assert registry.get_sample_value("vllm_sizer_source_up", KEY) == 0.0

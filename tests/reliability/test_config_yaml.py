@@ -112,13 +112,23 @@ def test_floats_without_a_dot_or_exponent_sign_are_numbers(tmp_path: Path) -> No
 
 def test_the_example_config_loads_with_its_commented_architecture(tmp_path: Path) -> None:
     text = (REPO / "config" / "example.yaml").read_text()
-    commented = "# architecture: {num_layers: 32, hidden_size: 4096, num_parameters: 8.03e9}"
+    commented = (
+        "      # architecture: {num_layers: 32, hidden_size: 4096, num_parameters: 8.03e9,\n"
+        "      #                num_kv_heads: 8, head_dim: 128, kv_cache_bytes: 2}\n"
+        "    # accelerator: H100"
+    )
     assert commented in text
     path = tmp_path / "example.yaml"
-    path.write_text(text.replace(commented, commented[2:]))
-    config = load_config(path, resolve_hosts=False)
-    architecture = config.deployments[0].model.architecture
+    uncommented = (
+        "      architecture: {num_layers: 32, hidden_size: 4096, num_parameters: 8.03e9,\n"
+        "                     num_kv_heads: 8, head_dim: 128, kv_cache_bytes: 2}\n"
+        "    accelerator: H100"
+    )
+    path.write_text(text.replace(commented, uncommented))
+    dep = load_config(path, resolve_hosts=False).deployments[0]
+    architecture = dep.model.architecture
     assert architecture is not None and architecture.num_parameters == 8.03e9
+    assert architecture.kv_bytes_per_token == 131_072 and dep.accelerator == "H100"
 
 
 @pytest.mark.parametrize("name", ["example.yaml", "sidecar.yaml"])

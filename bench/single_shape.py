@@ -1,0 +1,90 @@
+"""Single-shape traffic on one simulated vLLM replica, observed window by window as the closed
+loop observes it (bench/closed_loop_support.py): what most production deployments show the tuner.
+
+The load wanders between two fractions of the replica's saturation rate (a new level drawn
+every `hold_s`, reached by a linear ramp over the hold, so consecutive 30 s windows differ by a
+few percent and the daemon's steady-window filter keeps them); lengths are uniform on
+[x/2, 3x/2]; Poisson arrivals. First-token convention: the simulator's (first token with the
+last prefill chunk), as in every closed-loop figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from bench.closed_loop_support import WindowView, observe_window
+from model.queueing.analyzer import max_rate
+from model.queueing.params import ServerConfig, ServiceParams, Workload
+from model.simulation.simulator import Simulator
+from model.simulation.workloads import LengthDist, LengthKind, RateProfile, RateSegment, draw_trace
+
+WINDOW_S = 30.0
+SAMPLE_S = 5.0  # gauge samples per window (running, waiting) for the backlog test
+HOLD_S = 600.0
+
+
+def saturation_rate_rps(params: ServiceParams, server: ServerConfig, n: float, m: float) -> float:
+    """The model's saturation rate of one replica at this shape (req/s)."""
+    return float(max_rate(params, server, Workload(n, m)))
+
+
+def wandering_profile(
+    rate_rps: float, duration_s: float, rng: np.random.Generator, low: float, high: float
+) -> RateProfile:
+    """Load between low and high x rate_rps: a new level every HOLD_S, ramped to linearly."""
+    levels = rng.uniform(low, high, int(np.ceil(duration_s / HOLD_S)) + 1) * rate_rps
+    return RateProfile(
+        tuple(
+            RateSegment(HOLD_S, float(levels[k]), float(levels[k + 1]))
+            for k in range(len(levels) - 1)
+        )
+    )
+
+
+def simulate_windows(
+    truth: ServiceParams,
+    server: ServerConfig,
+    shape: tuple[float, float],
+    profile: RateProfile,
+    duration_s: float,
+    seed: int,
+) -> list[WindowView]:
+    """One replica under `profile` for `duration_s`, one view per WINDOW_S window."""
+    rng = np.random.default_rng(seed)
+    n, m = shape
+    trace = draw_trace(
+        profile,
+        LengthDist(LengthKind.UNIFORM, n),
+        LengthDist(LengthKind.UNIFORM, m),
+        rng,
+        duration_s=duration_s,
+    )
+    sim = Simulator(truth, server, replicas=1, max_jump_s=1.0, record_iterations=True)
+    sim.add_requests(trace)
+    views: list[WindowView] = []
+    status = sim.replica_status()
+    steps = int(round(WINDOW_S / SAMPLE_S))
+    for k in range(int(duration_s // WINDOW_S)):
+        t0 = k * WINDOW_S
+        samples = []
+        for j in range(1, steps + 1):
+            sim.run(t0 + j * SAMPLE_S)
+            samples.append(sim.replica_status())
+        emitted = sum(r.emitted_tokens for r in sim.drain_records())
+        views.append(
+            observe_window(sim.result(), t0, t0 + WINDOW_S, status, samples, emitted_tokens=emitted)
+        )
+        status = samples[-1]
+    return views
+
+
+def shifted(views: list[WindowView], offset_s: float) -> list[WindowView]:
+    """The views moved later by offset_s (to append a second run after a first)."""
+    return [
+        replace(
+            v, observation=replace(v.observation, end_time_s=v.observation.end_time_s + offset_s)
+        )
+        for v in views
+    ]

@@ -1,0 +1,312 @@
+"""The tuner on single-shape traffic, through the daemon's own cycle: stability, seeds, change
+tracking and spikes.
+
+One simulated replica (true parameters = Table I Llama-3.1-8B, B = 256, M = 8192) serves one
+request shape for two hours of 30 s windows, its load wandering over 0.3-0.7 of saturation
+(bench/single_shape.py); each window is observed as bench/closed_loop.py observes it and fed to
+a real `Daemon` (steady-window filter, tuner, recommender). Shapes and targets are the closed
+loop's: 1024/512 tokens (TTFT 50 ms, ITL 25 ms) and 128/2048 (TTFT 200 ms, ITL 13 ms). Runs:
+- cold: no initial parameters; seeded: initial parameters 2x off in beta and gamma;
+- alpha x1.5 and "decodes 10 % faster" (every parameter / 1.1): a cold run whose second hour
+  is served by the changed replica (a rollout: it starts empty);
+- spikes: the cold run's windows with two 10x TTFT windows injected (windows 100 and 102).
+"Truth" is measured on the simulator: mean TTFT and ITL at constant loads (10-minute runs, the
+first 2 minutes left out), and the truth's SLO capacity is the highest load whose measured
+means meet both targets (linear interpolation on a 0.05 grid). Everything uses the simulator's
+first-token convention (the fit absorbs it).
+
+Figures: p90 cycle-to-cycle change of the published SLO capacity (cycles at least 5 windows
+after the first estimate and after the change); published parameters outside the tuner's
+bounds; the seeded run's predicted TTFT and ITL at loads 0.3/0.5/0.7 and its capacity after 20
+windows against the truth's; windows after the change until the capacity stays within 10 % of
+the changed truth's; the largest move of the published TTFT prediction (at load 0.5) the
+spikes cause against the clean run.
+
+Writes bench/results/tuner_robustness.json and tuner_robustness.png.
+Run: .venv/bin/python bench/tuner_robustness.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.closed_loop import SCENARIOS, DaemonArm  # noqa: E402
+from bench.closed_loop_report import Scenario, json_safe  # noqa: E402
+from bench.closed_loop_support import WindowView  # noqa: E402
+from bench.single_shape import (  # noqa: E402
+    WINDOW_S,
+    saturation_rate_rps,
+    shifted,
+    simulate_windows,
+    wandering_profile,
+)
+from model.calibration.tuner import DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS  # noqa: E402
+from model.queueing.params import ServerConfig, ServiceParams  # noqa: E402
+from model.simulation.workloads import RateProfile  # noqa: E402
+
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+TRUTH = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192)
+CHANGES = {
+    "alpha x1.5": replace(TRUTH, alpha_ms=1.5 * TRUTH.alpha_ms),
+    "decode 10% faster": ServiceParams(*(v / 1.1 for v in TRUTH.as_tuple())),
+}
+SEEDED = ServiceParams(TRUTH.alpha_ms, 2 * TRUTH.beta_ms, 2 * TRUTH.gamma_ms)
+DURATION_S = 7200.0
+LOADS = (0.3, 0.7)
+PREDICT_LOADS = (0.3, 0.5, 0.7)
+TRUTH_GRID = tuple(np.round(np.arange(0.3, 0.951, 0.05), 2))
+TRUTH_RUN_S, TRUTH_SKIP_S = 600.0, 120.0
+SPIKE_AT = 5 / 12  # of the run: windows 100 and 102 of two hours
+SETTLE = 5  # windows after the start and after a change left out of the stability figure
+SEED = 20263
+
+
+@dataclass(slots=True)
+class Truth:
+    """Measured behaviour of one replica at one shape: mean latencies per load, capacity."""
+
+    loads: list[float]
+    ttft_ms: list[float]
+    itl_ms: list[float]
+    capacity_rps: float
+    saturation_rps: float
+
+    def at(self, load: float) -> tuple[float, float]:
+        return float(np.interp(load, self.loads, self.ttft_ms)), float(
+            np.interp(load, self.loads, self.itl_ms)
+        )
+
+
+def measure_truth(params: ServiceParams, scenario: Scenario, seed: int) -> Truth:
+    """Constant-load runs over TRUTH_GRID; the capacity where either mean crosses its target."""
+    shape = (float(scenario.input_tokens), float(scenario.output_tokens))
+    sat = saturation_rate_rps(params, SERVER, *shape)
+    ttft, itl = [], []
+    for k, load in enumerate(TRUTH_GRID):
+        profile = RateProfile.constant(load * sat, TRUTH_RUN_S)
+        views = simulate_windows(params, SERVER, shape, profile, TRUTH_RUN_S, seed + k)
+        kept = [v.observation for v in views if v.observation.end_time_s > TRUTH_SKIP_S]
+        ttft.append(float(np.mean([o.ttft_ms for o in kept if o.ttft_ms is not None])))
+        itl.append(float(np.mean([o.itl_ms for o in kept if o.itl_ms is not None])))
+    ok = (np.array(ttft) <= scenario.ttft_ms) & (np.array(itl) <= scenario.itl_ms)
+    capacity = float(TRUTH_GRID[-1])
+    for k in range(1, len(TRUTH_GRID)):
+        if not ok[k] and ok[k - 1]:
+            slack = [
+                (target - m[k - 1]) / (m[k] - m[k - 1])
+                for m, target in ((ttft, scenario.ttft_ms), (itl, scenario.itl_ms))
+                if m[k] > target
+            ]
+            step = TRUTH_GRID[k] - TRUTH_GRID[k - 1]
+            capacity = float(TRUTH_GRID[k - 1] + step * min(slack))
+            break
+    return Truth(list(map(float, TRUTH_GRID)), ttft, itl, capacity * sat, sat)
+
+
+def drive(
+    scenario: Scenario, views: list[WindowView], seed_params: ServiceParams | None, ref_rps: float
+) -> dict[str, list[Any]]:
+    """Feed the windows to a daemon; per cycle: published capacity, parameters, confidence,
+    tuner reason, and the published TTFT and ITL predictions at `ref_rps` on one replica."""
+    arm = DaemonArm(scenario, 0.0, initial_params=seed_params, server=SERVER)
+    out: dict[str, list[Any]] = {
+        k: [] for k in ("capacity_rps", "params", "confidence", "reason", "ttft_ms", "itl_ms")
+    }
+    runtime = arm.daemon.runtimes["sim"]
+    for view in views:
+        info = arm.decide(view, view.observation.end_time_s, 1)
+        out["capacity_rps"].append(info.capacity_rps)
+        out["params"].append(None if arm.params is None else list(arm.params.as_tuple()))
+        out["confidence"].append(runtime.tuner.confidence())
+        out["reason"].append(runtime.tuner.reason.value)
+        try:
+            what = arm.daemon.predict("sim", ref_rps, 1)
+            out["ttft_ms"].append(what.ttft_ms)
+            out["itl_ms"].append(what.itl_ms)
+        except LookupError:
+            out["ttft_ms"].append(None)
+            out["itl_ms"].append(None)
+    return out
+
+
+def stability(capacity: list[float | None], skip_until: list[tuple[int, int]]) -> float:
+    """p90 of |c_k / c_(k-1) - 1| over cycles outside the (start, end) index ranges."""
+    changes = []
+    for k in range(1, len(capacity)):
+        a, b = capacity[k - 1], capacity[k]
+        if a is None or b is None or any(lo <= k < hi for lo, hi in skip_until):
+            continue
+        if a <= 0:  # no capacity (targets infeasible): a change of 100 % or more
+            changes.append(1.0 if b > 0 else 0.0)
+            continue
+        changes.append(abs(b / a - 1.0))
+    return float(np.percentile(changes, 90)) if changes else float("nan")
+
+
+def first_estimate(run: dict[str, list[Any]]) -> int:
+    return next((k for k, p in enumerate(run["params"]) if p is not None), len(run["params"]))
+
+
+def out_of_bounds(run: dict[str, list[Any]]) -> int:
+    low, high = DEFAULT_LOWER_BOUNDS.as_tuple(), DEFAULT_UPPER_BOUNDS.as_tuple()
+    return sum(
+        1
+        for p in run["params"]
+        if p is not None and not all(lo <= v <= hi for v, lo, hi in zip(p, low, high, strict=True))
+    )
+
+
+def windows_to_follow(run: dict[str, list[Any]], start: int, truth: Truth) -> int | None:
+    """Windows after `start` until the capacity is within 10 % of the truth's and stays."""
+    caps = run["capacity_rps"][start:]
+    for k in range(len(caps)):
+        if all(c is not None and abs(c / truth.capacity_rps - 1) <= 0.10 for c in caps[k:]):
+            return k
+    return None
+
+
+def seeded_accuracy(
+    scenario: Scenario, views: list[WindowView], truth: Truth, after: int
+) -> dict[str, Any]:
+    """The seeded run stopped after `after` windows: predictions at PREDICT_LOADS and the
+    capacity, each as a ratio to the truth's."""
+    arm = DaemonArm(scenario, 0.0, initial_params=SEEDED, server=SERVER)
+    for view in views[:after]:
+        arm.decide(view, view.observation.end_time_s, 1)
+    ratios: dict[str, Any] = {}
+    for load in PREDICT_LOADS:
+        what = arm.daemon.predict("sim", load * truth.saturation_rps, 1)
+        ttft, itl = truth.at(load)
+        ratios[f"ttft_at_{load}"] = what.ttft_ms / ttft
+        ratios[f"itl_at_{load}"] = what.itl_ms / itl
+        capacity = what.max_rate_per_replica_rps
+    ratios["capacity"] = capacity / truth.capacity_rps
+    ratios["worst_error"] = max(abs(v - 1.0) for v in ratios.values())
+    return ratios
+
+
+def run_scenario(scenario: Scenario, duration_s: float) -> dict[str, Any]:
+    shape = (float(scenario.input_tokens), float(scenario.output_tokens))
+    sat = saturation_rate_rps(TRUTH, SERVER, *shape)
+    rng = np.random.default_rng(SEED)
+    profile = wandering_profile(sat, duration_s, rng, *LOADS)
+    views = simulate_windows(TRUTH, SERVER, shape, profile, duration_s, SEED)
+    truth = measure_truth(TRUTH, scenario, SEED + 100)
+    ref_rps = 0.5 * truth.saturation_rps
+    runs: dict[str, dict[str, list[Any]]] = {}
+    runs["cold"] = drive(scenario, views, None, ref_rps)
+    runs["seeded 2x off"] = drive(scenario, views, SEEDED, ref_rps)
+    spikes = (int(len(views) * SPIKE_AT), int(len(views) * SPIKE_AT) + 2)
+    spiked = list(views)
+    for k in spikes:
+        obs = spiked[k].observation
+        assert obs.ttft_ms is not None
+        spiked[k] = replace(spiked[k], observation=replace(obs, ttft_ms=10 * obs.ttft_ms))
+    runs["two 10x TTFT spikes"] = drive(scenario, spiked, None, ref_rps)
+    half = len(views) // 2
+    changed_truth: dict[str, Truth] = {}
+    for name, params in CHANGES.items():
+        later = simulate_windows(params, SERVER, shape, profile, duration_s / 2, SEED + 1)
+        combined = views[:half] + shifted(later, half * WINDOW_S)
+        runs[name] = drive(scenario, combined, None, ref_rps)
+        changed_truth[name] = measure_truth(params, scenario, SEED + 200)
+    figures: dict[str, Any] = {"truth": asdict(truth), "changed_truth": {}}
+    for name, run in runs.items():
+        start = first_estimate(run)
+        skips = [(0, start + SETTLE)]
+        if name in CHANGES:
+            skips.append((half, half + SETTLE))
+        figures[name] = {
+            "first_estimate_window": start,
+            "p90_capacity_change": stability(run["capacity_rps"], skips),
+            "params_out_of_bounds": out_of_bounds(run),
+            "zero_capacity_cycles": sum(c == 0 for c in run["capacity_rps"]),
+            "final_capacity_ratio": run["capacity_rps"][-1] / truth.capacity_rps
+            if name not in CHANGES
+            else run["capacity_rps"][-1] / changed_truth[name].capacity_rps,
+            "mean_confidence": float(np.mean(run["confidence"][start + SETTLE :])),
+        }
+        if name in CHANGES:
+            figures["changed_truth"][name] = asdict(changed_truth[name])
+            figures[name]["windows_to_follow"] = windows_to_follow(run, half, changed_truth[name])
+    clean, spiked_run = runs["cold"]["ttft_ms"], runs["two 10x TTFT spikes"]["ttft_ms"]
+    figures["two 10x TTFT spikes"]["max_ttft_prediction_move"] = max(
+        abs(b / a - 1.0)
+        for a, b in zip(clean[spikes[0] :], spiked_run[spikes[0] :], strict=True)
+        if a is not None and b is not None
+    )
+    figures["seeded 2x off"]["after_20_windows"] = seeded_accuracy(scenario, views, truth, 20)
+    return {"figures": figures, "runs": runs, "change_window": half}
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig, axes = plt.subplots(4, len(names), figsize=(7 * len(names), 12), sharex=True)
+    axes = np.array(axes).reshape(4, len(names))
+    for col, name in enumerate(names):
+        res = results[name]
+        truth = res["figures"]["truth"]["capacity_rps"]
+        for run_name, run in res["runs"].items():
+            hours = np.arange(1, len(run["capacity_rps"]) + 1) * WINDOW_S / 3600
+            cap = [np.nan if c is None else c for c in run["capacity_rps"]]
+            axes[0, col].plot(hours, cap, label=run_name, lw=1)
+            for row, k in ((1, 0), (2, 1), (3, 2)):
+                values = [np.nan if p is None else p[k] for p in run["params"]]
+                axes[row, col].plot(hours, values, lw=1)
+        axes[0, col].axhline(truth, color="k", ls="--", lw=1, label="truth (measured)")
+        axes[0, col].set_title(f"{name}: published SLO capacity (req/s)")
+        for row, label in ((1, "alpha ms"), (2, "beta ms"), (3, "gamma ms")):
+            axes[row, col].set_ylabel(label)
+        axes[3, col].set_yscale("log")
+        axes[3, col].set_xlabel("hours")
+        axes[0, col].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="30 minutes, no JSON or PNG")
+    args = parser.parse_args(argv)
+    logging.getLogger("exporter").setLevel(logging.ERROR)
+    duration = 1800.0 if args.quick else DURATION_S
+    started = time.perf_counter()
+    results = {s.name: run_scenario(s, duration) for s in SCENARIOS}
+    for name, res in results.items():
+        print(f"\n{name}: truth capacity {res['figures']['truth']['capacity_rps']:.3f} req/s")
+        for run_name, fig in res["figures"].items():
+            if run_name in ("truth", "changed_truth"):
+                continue
+            print(f"  {run_name:>22}: " + json.dumps(json_safe(fig), separators=(",", ":")))
+    wall = time.perf_counter() - started
+    print(f"\nwall time {wall:.0f} s")
+    if not args.quick:
+        RESULTS_DIR.mkdir(exist_ok=True)
+        out = {"wall_s": wall, "scenarios": results}
+        path = RESULTS_DIR / "tuner_robustness.json"
+        path.write_text(json.dumps(json_safe(out), separators=(",", ":")))
+        plot(results, RESULTS_DIR / "tuner_robustness.png")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

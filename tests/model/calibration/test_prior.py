@@ -1,0 +1,127 @@
+"""The fit's prior: the physical derivation from architecture and accelerator (against the
+paper's Table I), the MAP term, and the calibration confidence's anchors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from model import ArchitectureSpec, ServerConfig, ServiceParams, fit
+from model.calibration.prior import (
+    ACCELERATORS,
+    GENERIC_PRIOR,
+    Accelerator,
+    CentreSource,
+    Prior,
+    default_prior,
+    physical_params,
+    prior_around,
+)
+from model.calibration.trust import changed, confidence, robust_bias, window_error
+from model.queueing.variant import LLAMA_3_1_8B, QWEN_2_5_14B
+from tests.model.calibration.synthetic import observations, relative_errors
+
+TABLE_I = {
+    "llama": ServiceParams(6.68, 2.01e-2, 5.52e-5),
+    "qwen": ServiceParams(10.14, 3.68e-2, 8.48e-5),
+}
+
+
+def test_kv_bytes_per_token_follow_the_kv_heads_not_the_hidden_size() -> None:
+    # Llama-3.1-8B: 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 128 KiB (paper §VI); the
+    # hidden size (32 query heads) would give four times that.
+    assert LLAMA_3_1_8B.kv_bytes_per_token == 131_072
+    fp8 = ArchitectureSpec(32, 4096, 8.03e9, num_kv_heads=8, head_dim=128, kv_cache_bytes=1)
+    assert fp8.kv_bytes_per_token == 65_536
+    assert ArchitectureSpec(32, 4096, 8.03e9).kv_bytes_per_token is None
+    with pytest.raises(ValueError, match=r"`num_kv_heads` must be an integer >= 1, got 0"):
+        ArchitectureSpec(32, 4096, 8e9, num_kv_heads=0, head_dim=128)
+    with pytest.raises(ValueError, match=r"`kv_cache_bytes` must be a finite number > 0"):
+        ArchitectureSpec(32, 4096, 8e9, kv_cache_bytes=0)
+
+
+@pytest.mark.parametrize(
+    ("arch", "name", "tolerance"),
+    # alpha, beta, gamma: the 14B model's per-iteration overhead is below its weight stream.
+    [(LLAMA_3_1_8B, "llama", (0.05, 0.05, 0.05)), (QWEN_2_5_14B, "qwen", (0.3, 0.05, 0.05))],
+)
+def test_physical_prior_of_the_h100_lands_on_table_i(
+    arch: ArchitectureSpec, name: str, tolerance: tuple[float, float, float]
+) -> None:
+    params = physical_params(arch, ACCELERATORS[Accelerator.H100])
+    assert np.all(relative_errors(params, TABLE_I[name]) < np.array(tolerance))
+    # beta by hand: 2 x 8.03e9 FLOP / (0.8 x 989e12 FLOP/s) = 2.03e-5 s.
+    if name == "llama":
+        assert params.beta_ms == pytest.approx(2.0 * 8.03e9 / (0.8 * 989e12) * 1e3)
+        assert params.gamma_ms == pytest.approx(131_072 / (0.7 * 3.35e12) * 1e3)
+
+
+def test_default_prior_needs_the_kv_shape_and_an_accelerator() -> None:
+    assert default_prior(LLAMA_3_1_8B, None) is GENERIC_PRIOR
+    assert default_prior(ArchitectureSpec(32, 4096, 8.03e9), Accelerator.H100) is GENERIC_PRIOR
+    h200 = default_prior(LLAMA_3_1_8B, Accelerator.H200)
+    h100 = default_prior(LLAMA_3_1_8B, Accelerator.H100)
+    # More bandwidth, same compute: alpha and gamma shrink by 3.35 / 4.8, beta stays.
+    ratio = np.array(h200.centre.as_tuple()) / np.array(h100.centre.as_tuple())
+    assert ratio == pytest.approx([3.35 / 4.8, 1.0, 3.35 / 4.8])
+    assert h100.log_sigma == (math.log(3.0),) * 3
+    with pytest.raises(ValueError, match=r"needs num_kv_heads and head_dim"):
+        physical_params(ArchitectureSpec(32, 4096, 8e9), ACCELERATORS[Accelerator.A100])
+
+
+def test_the_prior_holds_what_one_shape_cannot_identify() -> None:
+    server = ServerConfig()
+    truth = TABLE_I["llama"]
+    one_shape = observations(truth, server, [(1024, 256, x) for x in (0.3, 0.4, 0.5, 0.6)])
+    plain = fit(one_shape, server)
+    assert not plain.all_identified
+    centre = ServiceParams(7.0, 2.0e-2, 8.0e-5)
+    held = fit(one_shape, server, prior=prior_around(centre, CentreSource.PHYSICAL))
+    # Same quality on the shape served; the weakly informed gamma lands between what the
+    # points suggest and the centre (a MAP compromise), never off towards a bound.
+    assert held.ttft_error.mean_ratio < 0.02 and held.itl_error.mean_ratio < 0.02
+    assert held.identified == plain.identified
+    assert truth.gamma_ms * 0.95 < held.params.gamma_ms < centre.gamma_ms
+    with pytest.raises(ValueError, match=r"`prior` must be a Prior or None"):
+        fit(one_shape, server, prior=centre)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"`log_sigma\[1\]` must be a finite number > 0"):
+        Prior(centre, (1.0, 0.0, 1.0))
+    seeded = prior_around(centre, CentreSource.SEED)
+    assert Prior.from_dict(seeded.to_dict()) == seeded
+
+
+def test_confidence_anchors() -> None:
+    base = {"identified": 3, "error": 0.05, "held_updates": 0, "since_change": None, "settle": 5}
+    assert confidence(has_estimate=True, **base) == 1.0  # type: ignore[arg-type]
+    assert confidence(has_estimate=False, **base) == 0.0  # type: ignore[arg-type]
+    for change, expected in (
+        ({"error": 0.10}, 1.0),
+        ({"error": 0.25}, 0.5),
+        ({"error": 0.30}, 0.4),
+        ({"error": math.inf}, 0.0),
+        ({"held_updates": 1}, 1.0),
+        ({"held_updates": 4}, 0.5),
+        ({"held_updates": 5}, 1.0 / 3.0),
+        ({"identified": 2}, 5.0 / 6.0),
+        ({"identified": 0}, 0.5),
+        ({"since_change": 0}, 0.6),
+        ({"since_change": 5}, 1.0),
+    ):
+        got = confidence(has_estimate=True, **{**base, **change})  # type: ignore[arg-type]
+        assert got == pytest.approx(expected), change
+
+
+def test_robust_window_figures() -> None:
+    rows = np.array([[0.02, -0.01]] * 8 + [[-0.9, 0.0], [-0.9, 0.0]])
+    assert robust_bias(rows) == pytest.approx((0.02, -0.01))  # two spikes: the median holds
+    assert window_error(rows, (0.02, -0.01)) == pytest.approx(0.0, abs=1e-12)
+    assert robust_bias(np.full((3, 2), np.inf)) is None
+    steady = np.random.default_rng(2).normal(0.0, 0.01, (10, 2))
+    assert not changed(steady)
+    moved = steady.copy()
+    moved[-3:, 1] -= 0.10  # the engine decodes 10 % faster: ITL errors jump by +10 % of meas
+    assert changed(moved)
+    moved[-1, 1] = steady[-1, 1]  # two of three are not enough
+    assert not changed(moved)
