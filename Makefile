@@ -44,6 +44,7 @@ bench: venv
 	$(PY) bench/paper_table1.py
 	$(PY) bench/model_vs_sim.py
 	$(PY) bench/percentiles.py --jobs 2
+	$(PY) bench/workload_realism.py
 	$(PY) bench/closed_loop.py
 
 # A real vLLM (CPU build) on loopback; its virtualenv, model and logs are cached in

@@ -2,10 +2,12 @@
 
 Every request is the mean one (n, m): c(i) prefill chunks then m decode steps, with work
 W_pref(c) = beta n + gamma n (c+1)/2 and W_dec = beta m + gamma m (n + (m+1)/2) (the refined
-variant adds the terms of work.py). With i in the batch the service time is
-tau(i) = (c(i) + m) alpha + i (W_pref + W_dec). The chain counts requests in the system: up-rate
-lambda, down-rate mu_i = min(i, B) / tau(min(i, B)); so p_i = p_0 prod_{j<=i} lambda / mu_j,
-summed as logs and normalised after subtracting the max. The waiting room beyond B is infinite
+variant adds the terms of work.py, and with a prefix-cache hit ratio h computes only (1 - h) n
+prompt tokens, each chunk reading the cached h n as well; the decode context keeps all n).
+With i in the batch the service time is tau(i) = (c(i) + m) alpha + i (W_pref + W_dec). The
+chain counts requests in the system: up-rate lambda, down-rate mu_i = min(i, B) / tau(min(i, B));
+so p_i = p_0 prod_{j<=i} lambda / mu_j, summed as logs and normalised after subtracting the
+max. The waiting room beyond B is infinite
 (stable iff lambda < B / tau(B)) or holds Q requests.
 
 Tables have one row per request shape: one row for `analyze` on one workload, K rows when K
@@ -50,7 +52,9 @@ class StateTable:
     cum_log_mu: FloatArray  # sum_{j<=i} log mu_j for i = 0..B, shape (rows, B+1)
     alpha_ms: float
     avg_output_tokens: FloatArray  # m, shape (rows, 1)
+    prefill_tokens: FloatArray  # prompt tokens computed (uncached), shape (rows, 1)
     max_batch_size: int
+    budget_tokens: int  # M: tokens one iteration may schedule
     max_queue_size: int | None
     options: ModelOptions = DEFAULT_MODEL  # the variant whose work terms built this table
 
@@ -112,9 +116,13 @@ def state_table(
     alpha, beta, gamma = params.alpha_ms, params.beta_ms, params.gamma_ms
     n = np.asarray(n_tokens, dtype=np.float64).reshape(-1, 1)
     m = np.asarray(m_tokens, dtype=np.float64).reshape(-1, 1)
-    chunks = chunk_counts(n, m, server)
+    # Prefix caching (refined): only the uncached n_c = (1 - h) n prompt tokens are computed,
+    # in c chunks, each of which also reads the cached prefix h n.
+    hit = options.prefix_hit_ratio if options.refined else 0.0
+    n_comp = n * (1.0 - hit)
+    chunks = chunk_counts(n_comp, m, server)
     c = chunks.astype(np.float64)
-    w_pref = beta * n + gamma * n * (c + 1.0) / 2.0
+    w_pref = beta * n_comp + gamma * n_comp * (c + 1.0) / 2.0 + gamma * c * (n - n_comp)
     w_dec = beta * m + gamma * m * (n + (m + 1.0) / 2.0)
     if options.refined:
         extra_pref, extra_dec = work_extras(params, n, m, options)
@@ -125,7 +133,7 @@ def state_table(
     log_mu = np.log(occ) - np.log(tau)
     cum_log_mu = np.concatenate([np.zeros((n.shape[0], 1)), np.cumsum(log_mu, axis=1)], axis=1)
     delta = w_total / (c + m)
-    for arr in (chunks, w_pref, w_dec, delta, tau, log_mu, cum_log_mu, m):
+    for arr in (chunks, w_pref, w_dec, delta, tau, log_mu, cum_log_mu, m, n_comp):
         arr.flags.writeable = False
     return StateTable(
         chunks=chunks,
@@ -137,7 +145,9 @@ def state_table(
         cum_log_mu=cum_log_mu,
         alpha_ms=alpha,
         avg_output_tokens=m,
+        prefill_tokens=n_comp,
         max_batch_size=server.max_batch_size,
+        budget_tokens=server.max_num_batched_tokens,
         max_queue_size=server.max_queue_size,
         options=options,
     )

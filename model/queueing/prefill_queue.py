@@ -15,8 +15,13 @@ positive with probability rho and has an exponential tail whose mean is Kingman'
     E[W] = rho / (1 - rho) (ca2 + cs2) / 2 E[S],   P(W > t) = rho exp(-t rho / E[W]),
 
 with ca2 the squared CV of the inter-arrival times (1 Poisson, where E[W] is
-Pollaczek-Khinchine's exactly; 0 constant rate; larger for bursty traffic) and cs2 = Var S / E[S]^2.
-A utilisation of 1 or more has no steady state: every wait is +inf.
+Pollaczek-Khinchine's exactly; 0 constant rate) and cs2 = Var S / E[S]^2. Burstier arrivals
+(ca2 > 1) come in clumps that Kingman's heavy-traffic mean misses at the moderate utilisations
+of prompt work (at rho = 0.1 and ca2 = 4 it gives a third of the GI/M/1 wait): they are taken
+as a gamma renewal process with that CV, whose GI/M/1 wait is exact, P(W > 0) = sigma with
+sigma = A*(mu (1 - sigma)) and W | W > 0 exponential of mean E[S] / (1 - sigma), with Kingman's
+service factor (1 + cs2) / 2 on the mean. A utilisation of 1 or more has no steady state: every
+wait is +inf.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
+
+_NEWTON_STEPS = 16  # for the bursty delay probability: converged to 1e-12 up to rho = 0.999
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +93,16 @@ def prefill_work_queue(
     rho = rate_per_ms * service_mean_ms
     stable = rho < 1.0
     safe = np.where(stable, rho, 0.5)
+    if arrival_scv > 1.0:
+        # Bursts: P(W > 0) = sigma of gamma-renewal arrivals, tail mean E[S] (1 + cs2) / 2 /
+        # (1 - sigma) (exact GI/M/1 for cs2 = 1; Kingman's service factor otherwise).
+        sigma = bursty_delay_prob(safe, arrival_scv)
+        tail = (1.0 + service_scv) / 2.0 * service_mean_ms / (1.0 - sigma)
+        return PrefillWait(
+            utilization=rho,
+            delay_prob=np.where(stable, sigma, 1.0),
+            tail_ms=np.where(stable, tail, np.inf),
+        )
     mean_wait = safe / (1.0 - safe) * (arrival_scv + service_scv) / 2.0 * service_mean_ms
     positive = safe > 0.0
     tail = np.where(positive, mean_wait / np.where(positive, safe, 1.0), 0.0)
@@ -94,3 +111,21 @@ def prefill_work_queue(
         delay_prob=np.where(stable, rho, 1.0),
         tail_ms=np.where(stable, tail, np.inf),
     )
+
+
+def bursty_delay_prob(utilization: FloatArray, arrival_scv: float) -> FloatArray:
+    """sigma in (0, 1): the root of sigma = A*(mu (1 - sigma)) for gamma-distributed
+    inter-arrival times of squared CV ca2 (shape k = 1 / ca2), A*(s) = (1 + s / (k lambda))^-k,
+    i.e. sigma = g(sigma) = (1 + (1 - sigma) / (k rho))^-k; sigma = rho for Poisson arrivals.
+    sigma - g is concave and rises through its first root, so Newton's steps from 0 climb
+    monotonically to it; 0 at rho = 0."""
+    k = 1.0 / arrival_scv
+    rho = np.maximum(utilization, 1e-300)
+    sigma = np.zeros_like(rho)
+    for _ in range(_NEWTON_STEPS):
+        base = 1.0 + (1.0 - sigma) / (k * rho)
+        g = base**-k
+        slope = 1.0 - base ** (-k - 1.0) / rho  # d(sigma - g) / d sigma, > 0 below the root
+        sigma = np.minimum(sigma + (g - sigma) / np.maximum(slope, 1e-12), 1.0 - 1e-12)
+    root: FloatArray = np.where(utilization > 0.0, sigma, 0.0)
+    return root

@@ -1,20 +1,24 @@
 """Refined ("B5") latency assembly at the level of single engine iterations. Refinements §6.
 
 Same alpha, beta, gamma, chunk table and birth-death chain as the paper (spec §2-5), so X-bar,
-S-bar, W and the saturation rate keep their meaning. Three things change:
+S-bar, W and the saturation rate keep their meaning. Four things change:
 
 * Work terms (model/queueing/work.py, used by the chain): prefill attention over n^2/2 causal pairs,
-  beta kappa E[n^2] / 2 with kappa from the architecture, and the second moments
-  E[n^2] = n^2 (1 + cv_n^2), E[m^2] = m^2 (1 + cv_m^2) of the request lengths.
+  beta kappa E[n^2] / 2 with kappa from the architecture, the second moments
+  E[n^2] = n^2 (1 + cv_n^2), E[m^2] = m^2 (1 + cv_m^2) of the request lengths, and prefix-cache
+  hits (only uncached prompt tokens computed; chain.py).
 * What an arrival sees: Poisson arrivals see the time average (PASTA: X_o = X-bar, busy with
   probability 1 - p0); constant-rate arrivals spaced 1/lambda apart see the earlier arrivals
   whose time in service S_r ~ U[S/2, 3S/2] has not yet run out. The two views are mixed
   linearly in the squared arrival CV (capped at the Poisson view).
-* TTFT = W + R + C + T_p + (L_d + d), with d = W_dec / m: the focal prefill iteration holds the
-  others' decodes (L_d = alpha + X_o d), not a share of their prefills, so
-  T_p = c_f L_d + W_pref(c_f) with c_f = c(round(X_o + 1)); R waits for the iteration in
-  progress (Allen-Cunneen scaled); C covers arrivals joining the same prefill step; the first
-  token is one decode iteration. ITL = (S-bar - T_p) / m as in the paper (total service
+* Bursts (arrival CV > 1, `burst_waits`): the slot wait W is scaled by (ca2 + 1) / 2 and the
+  prefill-work queue (prefill_queue.py, shared with the percentile model) adds its wait beyond
+  the Poisson one, E[W](ca2) - E[W](1); at or below Poisson neither changes anything.
+* TTFT = W + R + C + B + T_p + (L_d + d), with B the burst term and d = W_dec / m: the focal
+  prefill iteration holds the others' decodes (L_d = alpha + X_o d), not a share of their
+  prefills, so T_p = c_f L_d + W_pref(c_f) with c_f = c(round(X_o + 1)); R waits for the
+  iteration in progress (Allen-Cunneen scaled); C covers arrivals joining the same prefill step;
+  the first token is one decode iteration. ITL = (S-bar - T_p) / m as in the paper (total service
   conserved), floored at alpha + d.
 
 A synchronous benchmark run (concurrency one, closed) has no chain: T_p = c(1) alpha +
@@ -29,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.queueing.chain import ChainSolution, StateTable
+from model.queueing.prefill_queue import prefill_work_queue, prompt_service_ms
 
 FloatArray = NDArray[np.float64]
 
@@ -66,6 +71,37 @@ class RefinedLatencies:
     itl_ms: FloatArray
     prefill_ms: FloatArray
     chunks: NDArray[np.int64]
+
+
+def burst_waits(
+    table: StateTable,
+    rate_per_ms: FloatArray,
+    wait_ms: FloatArray,
+    w_pref: FloatArray,
+    decode_iter: FloatArray,
+    seen: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """The slot wait and the extra prefill-work wait (ms) under arrivals burstier than Poisson.
+
+    The chain's slot wait W is that of exponential service times, so the GI/G/B (Allen-Cunneen)
+    wait is W (ca2 + 1) / 2. The residual and collision terms are the prefill-work queue for
+    Poisson arrivals; bursts add Kingman's excess over Poisson, rho / (1 - rho) (ca2 - 1) / 2 E[S],
+    of the queue of prompt work S (percentiles §3, prefill_queue.py): +inf once rho >= 1.
+    Only ca2 > 1 changes anything: smoother arrivals have their own view (seen_at_constant_rate).
+    """
+    opts = table.options
+    ca2 = opts.arrival_cv**2
+    if ca2 <= 1.0:
+        return wait_ms, np.zeros_like(wait_ms)
+    per_row = table.rows > 1
+    n_c = table.prefill_tokens[:, 0] if per_row else table.prefill_tokens[0, 0]
+    service = prompt_service_ms(w_pref, n_c, decode_iter, seen, table.budget_tokens)
+    cs2 = np.full_like(service, opts.input_length_cv**2)
+    bursty = prefill_work_queue(rate_per_ms, service, cs2, ca2)
+    poisson = prefill_work_queue(rate_per_ms, service, cs2, 1.0)
+    stable = bursty.stable
+    excess = np.where(stable, bursty.mean_ms - np.where(stable, poisson.mean_ms, 0.0), np.inf)
+    return wait_ms * (ca2 + 1.0) / 2.0, excess
 
 
 def refined_latencies(
@@ -128,7 +164,8 @@ def refined_latencies(
     # The arrival-seen prefill can exceed the time-average service time when outputs are a
     # token or two long; no decode step is shorter than one iteration of the request alone.
     itl = np.maximum((service_ms - prefill) / m, alpha + d)
-    ttft = wait_ms + residual + collision + prefill + (decode_iter + d)
+    wait_ms, burst = burst_waits(table, rate_per_ms, wait_ms, w_pref, decode_iter, seen)
+    ttft = wait_ms + residual + collision + burst + prefill + (decode_iter + d)
 
     if synchronous.any():
         # Closed run at concurrency one: the engine is idle at every arrival.

@@ -4,8 +4,8 @@ The refined variant is the default (it wins every held-out check on the paper's 
 a real vLLM); the paper-exact variant (mean-field latencies at X-bar, spec §6) is what the golden
 cases pin. The refined ("B5", refinements §6; model/queueing/refined.py) keeps alpha, beta,
 gamma and the chain, and adds workload and architecture inputs that are known, never fitted:
-the arrival process's coefficient of variation, the dispersion of the request lengths, and the
-model's shape (attention FLOPs).
+the arrival process's coefficient of variation, the dispersion of the request lengths, the share
+of prompt tokens the prefix cache serves, and the model's shape (attention FLOPs).
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ class ModelOptions:
     arrival_cv: float = POISSON_ARRIVAL_CV  # CV of inter-arrival times
     input_length_cv: float = 0.0  # CV of prompt lengths
     output_length_cv: float = 0.0  # CV of output lengths
+    # Share of prompt tokens served by the prefix cache: not computed, but held in the KV cache.
+    prefix_hit_ratio: float = 0.0
     architecture: ArchitectureSpec | None = None
 
     def __post_init__(self) -> None:
@@ -131,6 +133,10 @@ class ModelOptions:
         object.__setattr__(self, "variant", variant)
         for name in ("arrival_cv", "input_length_cv", "output_length_cv"):
             object.__setattr__(self, name, require_non_negative(name, getattr(self, name)))
+        hit = require_non_negative("prefix_hit_ratio", self.prefix_hit_ratio)
+        if hit >= 1.0:
+            raise ValueError(f"`prefix_hit_ratio` must be a number in [0, 1), got {hit}")
+        object.__setattr__(self, "prefix_hit_ratio", hit)
         if self.architecture is not None and not isinstance(self.architecture, ArchitectureSpec):
             raise ValueError(
                 f"`architecture` must be an ArchitectureSpec or None, got {self.architecture!r}"
@@ -152,6 +158,7 @@ class ModelOptions:
             "arrival_cv": self.arrival_cv,
             "input_length_cv": self.input_length_cv,
             "output_length_cv": self.output_length_cv,
+            "prefix_hit_ratio": self.prefix_hit_ratio,
             "architecture": None if self.architecture is None else self.architecture.to_dict(),
         }
 
@@ -163,6 +170,7 @@ class ModelOptions:
             arrival_cv=float(data.get("arrival_cv", POISSON_ARRIVAL_CV)),
             input_length_cv=float(data.get("input_length_cv", 0.0)),
             output_length_cv=float(data.get("output_length_cv", 0.0)),
+            prefix_hit_ratio=float(data.get("prefix_hit_ratio", 0.0)),
             architecture=None if arch is None else ArchitectureSpec.from_dict(arch),
         )
 
