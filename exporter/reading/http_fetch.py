@@ -15,7 +15,7 @@ import math
 import socket
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -23,6 +23,8 @@ from exporter.config import DEFAULT_MAX_RESPONSE_BYTES
 from exporter.errors import FailureReason
 
 _READ_CHUNK = 64 * 1024
+MAX_KEPT_LINE_BYTES = 64 * 1024  # a longer line is no exposition sample: dropped unread
+MAX_KEPT_BYTES = 1 << 20  # kept lines beyond this: the body is too large (kept is the point)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +53,11 @@ def fetch(
     body: bytes | None = None,
     headers: Mapping[str, str] | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    keep_line: Callable[[bytes], bool] | None = None,
 ) -> HttpResponse:
     """The whole answer to one request within `deadline_s` seconds (connect, headers, body),
-    at most `max_body_bytes` of body; FetchError otherwise."""
+    at most `max_body_bytes` of body; FetchError otherwise. With `keep_line`, the body holds
+    only the lines it accepts (each ending in a newline), streamed through one small buffer."""
     if not (math.isfinite(deadline_s) and deadline_s > 0):
         raise ValueError(f"`deadline_s` must be a finite number > 0, got {deadline_s}")
     parts = urlsplit(url)
@@ -95,17 +99,14 @@ def fetch(
         if declared is not None and declared.isascii() and declared.isdigit():
             if int(declared) > max_body_bytes:
                 raise _too_large(max_body_bytes)
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := response.read1(_READ_CHUNK):
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise _too_large(max_body_bytes)
-            chunks.append(chunk)
+        if keep_line is None:
+            payload = _whole_body(response, max_body_bytes)
+        else:
+            payload = _kept_lines(response, max_body_bytes, keep_line)
         if expired.is_set():  # the shutdown reads as an early end of the body
             raise _timed_out(deadline_s)
         content_type = response.getheader("Content-Type", "") or ""
-        return HttpResponse(response.status, b"".join(chunks), content_type)
+        return HttpResponse(response.status, payload, content_type)
     except FetchError:
         raise
     except (OSError, http.client.HTTPException) as exc:
@@ -117,8 +118,52 @@ def fetch(
         conn.close()
 
 
-def _too_large(limit: int) -> FetchError:
-    return FetchError(FailureReason.BODY_TOO_LARGE, f"body larger than {limit} bytes")
+def _whole_body(response: http.client.HTTPResponse, max_body_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := response.read1(_READ_CHUNK):
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise _too_large(max_body_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _kept_lines(
+    response: http.client.HTTPResponse, max_body_bytes: int, keep_line: Callable[[bytes], bool]
+) -> bytes:
+    """The body's lines that `keep_line` accepts. Memory stays at one read buffer and the kept
+    lines whatever the body's size: a long-lived thread that held a large body once keeps its
+    malloc arena that large for good (glibc gives a thread arena's pages back only rarely)."""
+    buffer = memoryview(bytearray(_READ_CHUNK))
+    kept: list[bytes] = []
+    partial = b""  # the line the last read ended in
+    overlong = False  # `partial` was dropped: the rest of its line goes too
+    size = kept_bytes = 0
+    while count := response.readinto(buffer):
+        size += count
+        if size > max_body_bytes:
+            raise _too_large(max_body_bytes)
+        lines = bytes(buffer[:count]).split(b"\n")
+        lines[0] = partial + lines[0]
+        partial = lines.pop()
+        if overlong and lines:
+            del lines[0]
+            overlong = False
+        for line in filter(keep_line, lines):
+            kept.append(line + b"\n")
+            kept_bytes += len(line) + 1
+        if kept_bytes > MAX_KEPT_BYTES:
+            raise _too_large(MAX_KEPT_BYTES, " of kept lines")
+        if len(partial) > MAX_KEPT_LINE_BYTES:
+            partial, overlong = b"", True
+    if partial and not overlong and keep_line(partial):
+        kept.append(partial + b"\n")
+    return b"".join(kept)
+
+
+def _too_large(limit: int, of: str = "") -> FetchError:
+    return FetchError(FailureReason.BODY_TOO_LARGE, f"body larger than {limit} bytes{of}")
 
 
 def _timed_out(deadline_s: float) -> FetchError:
