@@ -77,7 +77,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
-    samplers = build_samplers(config.deployments, clock)
+    samplers = build_samplers(config.deployments, clock, config.max_response_bytes)
     daemon = Daemon(
         config,
         build_sources(config, clock),

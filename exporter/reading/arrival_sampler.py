@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from exporter.clock import Clock
-from exporter.config import DeploymentConfig
+from exporter.config import DEFAULT_MAX_RESPONSE_BYTES, DeploymentConfig
 from exporter.errors import ScrapeError
 from exporter.reading.http_fetch import FetchError, fetch
 from exporter.reading.pod_observation import PROCESS_START_TOLERANCE_S, Problem
@@ -115,6 +115,7 @@ class ArrivalSampler:
         model_name: str | None = None,
         period_s: float = SAMPLE_PERIOD_S,
         deadline_s: float = FETCH_DEADLINE_S,
+        max_body_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if not (math.isfinite(period_s) and period_s > 0):
             raise ValueError(f"`period_s` must be a finite number > 0, got {period_s}")
@@ -125,6 +126,7 @@ class ArrivalSampler:
         self._clock = clock
         self._model_name = model_name
         self._deadline_s = deadline_s
+        self._max_body_bytes = max_body_bytes
         self._lock = threading.Lock()
         self._samples: deque[CounterSample] = deque(maxlen=int(KEEP_S / period_s) + 1)
         self._stop = threading.Event()
@@ -150,7 +152,12 @@ class ArrivalSampler:
     def _read(self, time_s: float) -> CounterSample | str:
         """The counter now, or why it could not be read."""
         try:
-            response = fetch(self.url, deadline_s=self._deadline_s, keep_line=_is_counter_line)
+            response = fetch(
+                self.url,
+                deadline_s=self._deadline_s,
+                max_body_bytes=self._max_body_bytes,
+                keep_line=_is_counter_line,
+            )
         except FetchError as exc:
             return str(exc)
         if response.status != 200:
@@ -222,11 +229,19 @@ def _is_counter_line(line: bytes) -> bool:
 
 
 def build_samplers(
-    deployments: Iterable[DeploymentConfig], clock: Clock
+    deployments: Iterable[DeploymentConfig],
+    clock: Clock,
+    max_body_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> dict[str, ArrivalSampler]:
-    """An arrival sampler per deployment read in sidecar mode: one scrape URL on loopback."""
+    """An arrival sampler per deployment read in sidecar mode: one scrape URL on loopback;
+    `max_body_bytes` is the configured response cap (`max_response_mib`)."""
     return {
-        dep.name: ArrivalSampler(dep.source.scrape_urls[0], clock=clock, model_name=dep.model_name)
+        dep.name: ArrivalSampler(
+            dep.source.scrape_urls[0],
+            clock=clock,
+            model_name=dep.model_name,
+            max_body_bytes=max_body_bytes,
+        )
         for dep in deployments
         if len(dep.source.scrape_urls) == 1 and is_loopback(dep.source.scrape_urls[0])
     }

@@ -206,3 +206,19 @@ def test_a_sample_of_an_endless_body_holds_no_more_than_a_read_buffer() -> None:
             tracemalloc.stop()
     assert sample.count is None  # cut off at the cap or the deadline
     assert peak_mib < 1, peak_mib
+
+
+def test_the_sampler_keeps_to_the_configured_response_cap() -> None:
+    """A body over `max_response_mib` is refused by the sampler too (it used the default)."""
+    body = "vllm:num_requests_running 0\n" + "# padding\n" * 150_000  # about 1.5 MiB
+    with FaultServer(Fault.SERVE, (body,)) as server:
+        deps = [
+            DeploymentConfig(
+                name="sidecar", model_name="m", source=SourceConfig(scrape_urls=(server.url,)),
+                server=SERVER, slo=SloConfig(ttft_ms=100.0),
+            )
+        ]  # fmt: skip
+        capped = build_samplers(deps, SystemClock(), max_body_bytes=1 << 20)["sidecar"]
+        roomy = build_samplers(deps, SystemClock(), max_body_bytes=4 << 20)["sidecar"]
+        assert capped._read(0.0) == f"body larger than {1 << 20} bytes"
+        assert "larger than" not in str(roomy._read(0.0))  # read whole: no counter in it
