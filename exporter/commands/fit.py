@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.commands.fleet_options import input_file, int_flag, output_file
-from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from exporter.commands.fleet_options import add_server_limits, input_file, output_file
 from model import Observation, ServerConfig, ServiceParams, fit
 from model.queueing.analyzer import analyze_points
 
@@ -40,14 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="columns rate_rps (per replica), avg_input_tokens, "
         "avg_output_tokens, ttft_ms, itl_ms (avg_in_tokens/avg_out_tokens too)",
     )
-    fit_cmd.add_argument(
-        "--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
-        help="vLLM's --max-num-seqs of the measured server",
-    )
-    fit_cmd.add_argument(
-        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192,
-        help="vLLM's --max-num-batched-tokens of the measured server",
-    )
+    add_server_limits(fit_cmd)  # of the measured server
     fit_cmd.add_argument(
         "--png", type=output_file, help="write a predicted-vs-measured plot (PNG) here"
     )

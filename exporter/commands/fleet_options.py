@@ -124,6 +124,16 @@ def add_renamed_flag(p: argparse.ArgumentParser, old: str, new: argparse.Action)
                    type=new.type or str, choices=new.choices, new_flag=new.option_strings[0])
 
 
+def add_server_limits(p: argparse.ArgumentParser) -> argparse.Action:
+    """Add vLLM's two scheduler limits under vLLM's own flag names (every subcommand that
+    models a server); returns the --max-num-seqs action."""
+    seqs = p.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
+                          help="vLLM's --max-num-seqs: requests in a batch at most")
+    p.add_argument("--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS),
+                   default=8192, help="vLLM's --max-num-batched-tokens: tokens per iteration")
+    return seqs
+
+
 def add_fleet_options(p: argparse.ArgumentParser) -> None:
     """Add the options for the replicas' parameters, server, workload and routing."""
     param = number_flag(0.0, MAX_PARAM_MS, low_inclusive=False)
@@ -136,11 +146,7 @@ def add_fleet_options(p: argparse.ArgumentParser) -> None:
                    help="compute time per token in an iteration, ms")
     p.add_argument("--gamma-ms", type=param, default=DEFAULT_PARAMS.gamma_ms,
                    help="KV-cache read time per cached token in an iteration, ms")
-    seqs = p.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
-                          help="vLLM's --max-num-seqs: requests in a batch at most")
-    add_renamed_flag(p, "--max-batch-size", seqs)
-    p.add_argument("--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS),
-                   default=8192, help="vLLM's --max-num-batched-tokens: tokens per iteration")
+    add_renamed_flag(p, "--max-batch-size", add_server_limits(p))
     p.add_argument("--max-queue-size", type=int_flag(0, MAX_QUEUE_SIZE),
                    help="reject arrivals beyond this many waiting requests (default: unbounded)")
     p.add_argument("--input-tokens", type=tokens, default=1024.0, help="mean prompt length")

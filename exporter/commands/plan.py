@@ -14,11 +14,11 @@ from exporter.commands.fleet_options import (
     MAX_TOKENS,
     MAX_TOTAL_RPS,
     add_renamed_flag,
-    int_flag,
+    add_server_limits,
     number_flag,
     output_file,
 )
-from exporter.config import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, SloConfig
+from exporter.config import SloConfig
 from exporter.config_checks import KeyReader
 from exporter.config_slo import parse_slo
 from exporter.slo_targets import PredictedPercentile, predicted_percentiles
@@ -79,14 +79,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0,
         help="mean output length",
     )
-    plan.add_argument(
-        "--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
-        help="vLLM's --max-num-seqs: requests in a batch at most",
-    )
-    plan.add_argument(
-        "--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS), default=8192,
-        help="vLLM's --max-num-batched-tokens: tokens per iteration",
-    )
+    add_server_limits(plan)
     plan.add_argument(
         "--ttft-ms", type=target, help="TTFT target, ms (without targets: size to saturation)"
     )
