@@ -23,9 +23,12 @@ def prometheus_client(config: Config) -> PrometheusClient | None:
     )
 
 
-def build_sources(config: Config, clock: Clock) -> dict[str, Source]:
-    """One source per deployment, from its `source` section."""
-    client = prometheus_client(config)
+def build_sources(
+    config: Config, clock: Clock, client: PrometheusClient | None = None
+) -> dict[str, Source]:
+    """One source per deployment, from its `source` section; `client` (default: a new one from
+    the `prometheus` section) serves the Prometheus sources."""
+    client = client or prometheus_client(config)
     sources: dict[str, Source] = {}
     for dep in config.deployments:
         src = dep.source
@@ -49,10 +52,12 @@ def build_sources(config: Config, clock: Clock) -> dict[str, Source]:
     return sources
 
 
-def build_demand_sources(config: Config) -> dict[str, DemandSource]:
+def build_demand_sources(
+    config: Config, client: PrometheusClient | None = None
+) -> dict[str, DemandSource]:
     """One demand source per deployment with scale_from_zero (config validation guarantees
-    the prometheus section for them)."""
-    client = prometheus_client(config)
+    the prometheus section for them); `client` as for build_sources."""
+    client = client or prometheus_client(config)
     return {
         dep.name: DemandSource(client=client, query=dep.scale_from_zero.demand_query)
         for dep in config.deployments

@@ -29,7 +29,11 @@ from exporter.operation_metrics import SkippedEvent
 from exporter.reading.arrival_sampler import build_samplers
 from exporter.scheduler import PeriodicScheduler
 from exporter.server import SizerHTTPServer
-from exporter.sources_from_config import build_demand_sources, build_sources
+from exporter.sources_from_config import (
+    build_demand_sources,
+    build_sources,
+    prometheus_client,
+)
 from exporter.statefile import StateFile
 
 logger = logging.getLogger("vllm_sizer")
@@ -78,13 +82,14 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
     samplers = build_samplers(config.deployments, clock, config.max_response_bytes)
+    client = prometheus_client(config)  # one client (and connection pool) for every query
     daemon = Daemon(
         config,
-        build_sources(config, clock),
+        build_sources(config, clock, client),
         registry,
         clock,
         statefile,
-        demand=build_demand_sources(config),
+        demand=build_demand_sources(config, client),
         samplers=samplers,
     )
     unwritable = None if statefile is None else statefile.check_writable()
