@@ -11,7 +11,7 @@ on with `== 1` and its series never churn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -271,6 +271,41 @@ ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class LabelledGaugeSpec:
+    """A gauge with one more label: (label value, value) pairs per deployment; a None value
+    is omitted."""
+
+    name: str
+    help: str
+    label: str
+    values: Callable[[DeploymentStatus], Iterable[tuple[str, float | None]]]
+
+
+LABELLED_GAUGES: tuple[LabelledGaugeSpec, ...] = (
+    LabelledGaugeSpec(
+        "fit_error_ratio",
+        "Mean relative error of the last fit over its window (0-1), as of the last cycle.",
+        "signal",
+        lambda s: ((Signal.TTFT.value, s.fit_ttft_error), (Signal.ITL.value, s.fit_itl_error)),
+    ),
+    LabelledGaugeSpec(
+        "demand",
+        "Upstream demand read by the scale_from_zero query, as of the last cycle: requests/s "
+        "(kind rate) or requests (kind queue).",
+        "kind",
+        lambda s: () if s.demand_kind is None else ((s.demand_kind.value, s.demand),),
+    ),
+    LabelledGaugeSpec(
+        "request_length_cv",
+        "Coefficient of variation of request lengths from vLLM's token histograms, "
+        "smoothed over the last 10 windows, as of the last cycle.",
+        "kind",
+        lambda s: ((kind.value, s.traffic.length_cv(kind)) for kind in LengthCvKind),
+    ),
+)
+
+
 class SnapshotCollector:
     """Serves the last cycle's results; never computes, never does I/O."""
 
@@ -311,38 +346,16 @@ class SnapshotCollector:
                     key = [status.deployment, status.model_name, member.value]
                     family.add_metric(key, float(member is current))
             yield family
-        errors = GaugeMetricFamily(
-            PREFIX + "fit_error_ratio",
-            "Mean relative error of the last fit over its window (0-1), as of the last cycle.",
-            labels=(*LABELS, "signal"),
-        )
-        for s in snapshot.deployments:
-            for signal, error in ((Signal.TTFT, s.fit_ttft_error), (Signal.ITL, s.fit_itl_error)):
-                if error is not None:
-                    errors.add_metric([s.deployment, s.model_name, signal.value], error)
-        yield errors
-        demand = GaugeMetricFamily(
-            PREFIX + "demand",
-            "Upstream demand read by the scale_from_zero query, as of the last cycle: requests/s "
-            "(kind rate) or requests (kind queue).",
-            labels=(*LABELS, "kind"),
-        )
-        for s in snapshot.deployments:
-            if s.demand is not None and s.demand_kind is not None:
-                demand.add_metric([s.deployment, s.model_name, s.demand_kind.value], s.demand)
-        yield demand
-        spread = GaugeMetricFamily(
-            PREFIX + "request_length_cv",
-            "Coefficient of variation of request lengths from vLLM's token histograms, "
-            "smoothed over the last 10 windows, as of the last cycle.",
-            labels=(*LABELS, "kind"),
-        )
-        for s in snapshot.deployments:
-            for kind in LengthCvKind:
-                cv = s.traffic.length_cv(kind)
-                if cv is not None:
-                    spread.add_metric([s.deployment, s.model_name, kind.value], cv)
-        yield spread
+        for labelled in LABELLED_GAUGES:
+            family = GaugeMetricFamily(
+                PREFIX + labelled.name, labelled.help, labels=(*LABELS, labelled.label)
+            )
+            for status in snapshot.deployments:
+                key = [status.deployment, status.model_name]
+                for label_value, value in labelled.values(status):
+                    if value is not None:
+                        family.add_metric([*key, label_value], value)
+            yield family
         yield _parameter_sources(snapshot)
         yield from percentile_families(snapshot.deployments)
         yield from attainment_families(snapshot.deployments)
