@@ -36,7 +36,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.queueing.chain import RATE_BLOCK, workload_table
+from model.queueing.chain import rate_block, workload_table
 from model.queueing.latency_samples import (
     Setting,
     itl_request_samples,
@@ -195,8 +195,9 @@ def latency_quantiles(
     parts: dict[LatencyMetric, list[FloatArray]] = {metric: [] for metric in LatencyMetric}
     means: dict[LatencyMetric, list[FloatArray]] = {metric: [] for metric in LatencyMetric}
     # Blocks of rates keep the (rates x points) work arrays in cache.
-    for start in range(0, flat.size, RATE_BLOCK):
-        s = setting(params, server, workload, table, flat[start : start + RATE_BLOCK])
+    block = rate_block(server.max_batch_size)
+    for start in range(0, flat.size, block):
+        s = setting(params, server, workload, table, flat[start : start + block])
         found = sorted_latencies(s, tuple(LatencyMetric), first)
         for metric in LatencyMetric:
             parts[metric].append(found.quantile(metric, q))
