@@ -93,7 +93,7 @@ class Observation:
             hit = require_non_negative("prefix_hit_ratio", self.prefix_hit_ratio)
             if hit > 1:
                 raise ValueError(f"`prefix_hit_ratio` must be in [0, 1], got {hit}")
-            object.__setattr__(self, "prefix_hit_ratio", min(hit, MAX_HIT_RATIO))
+            object.__setattr__(self, "prefix_hit_ratio", model_hit_ratio(hit))
 
     def model_options(self, options: ModelOptions, *, grid: float | None = None) -> ModelOptions:
         """`options` with this window's measured CVs and hit ratio in place of its own (refined
@@ -138,6 +138,11 @@ def _on_grid(cv: float, grid: float | None) -> float:
     if cv < MIN_GRID_CV:
         return 0.0
     return float(grid ** round(math.log(cv) / math.log(grid)))
+
+
+def model_hit_ratio(ratio: float) -> float:
+    """A measured share of prompt tokens cached as the model takes it: below 1."""
+    return min(ratio, MAX_HIT_RATIO)
 
 
 def with_workload_cvs(options: ModelOptions, cvs: Mapping[str, float]) -> ModelOptions:
