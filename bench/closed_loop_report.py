@@ -22,6 +22,8 @@ class Scenario:
     ttft_ms: float
     itl_ms: float
     binding: str  # the target the scenario is built to bind: "ttft" or "itl"
+    lengths: str = "uniform"  # LengthKind of both lengths (uniform: on [x/2, 3x/2])
+    length_cv: float = 0.0  # their CV where the law takes one (lognormal)
 
 
 # Paper Table V (one run per arm, ~42 s cycles); None where the paper gives no figure.
@@ -188,10 +190,12 @@ def _cell(stats: dict[str, float], fmt: str, many: bool) -> str:
 
 def print_table(scenario: Scenario, table: dict[str, dict[str, dict[str, float]]], n: int) -> None:
     arms = list(table)
-    paper = PAPER_TABLE_V[scenario.name]
+    paper = PAPER_TABLE_V.get(scenario.name, {"queueing": {}, "throughput": {}})
     print(
         f"\n{scenario.name}: TTFT SLO {scenario.ttft_ms:g} ms, ITL SLO {scenario.itl_ms:g} ms, "
-        f"base {scenario.base_rps * 60:g} RPM; {n} seed(s): mean±sd [min-max]"
+        f"base {scenario.base_rps * 60:g} RPM, {scenario.lengths} lengths"
+        f"{f' CV {scenario.length_cv:g}' if scenario.length_cv else ''}; "
+        f"{n} seed(s): mean±sd [min-max]"
     )
     head = f"{'':31}{'paper queue':>12}{'paper thru':>11}" + "".join(f"{a:>23}" for a in arms)
     print(head)
