@@ -18,10 +18,12 @@ from exporter.reading.observations import WindowTracker
 from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
 from exporter.reading.sources import ScrapeSource, SourceRead
+from exporter.reading.vllm_metrics import parse_exposition
 from exporter.recommender import Reason
 from exporter.sources_from_config import build_sources
 from exporter.statefile import StateFile
 from model import ServerConfig, ServiceParams
+from tests.fixtures.memory import peak_traced_mib
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
 from tests.reliability.fault_server import Fault, FaultServer
 
@@ -41,6 +43,25 @@ def scrape(url: str, timeout_s: float = 1.0, max_body_bytes: int = 1 << 20) -> S
         clock=ManualClock(T0), urls=[url], timeout_s=timeout_s, max_body_bytes=max_body_bytes
     )
     return source.read()
+
+
+def test_a_cycle_read_of_an_endless_body_holds_no_more_than_a_read_buffer() -> None:
+    """The cycle's reader threads live as long as the daemon: a whole 32 MiB body read on one
+    kept about 23 MB of its malloc arena for good (the soak's RSS step after warm-up)."""
+    with FaultServer(Fault.HUGE, max_seconds=30.0) as server:
+        read, peak_mib = peak_traced_mib(
+            lambda: scrape(server.url, timeout_s=20.0, max_body_bytes=32 * MIB)
+        )
+    assert [f.reason for f in read.failures] == [FailureReason.BODY_TOO_LARGE]
+    assert peak_mib < 1, peak_mib
+
+
+def test_a_cycle_read_keeps_every_line_the_reader_parses() -> None:
+    """Filtered to vLLM's lines and the process start, the read is the same as the whole text's."""
+    text = render(PodTotals()) + "process_start_time_seconds 1.7e9\n" + "# other\nfoo 1\n" * 500
+    with FaultServer(Fault.SERVE, [text]) as server:
+        read = scrape(server.url)
+    assert read.samples == (parse_exposition(text, pod=read.samples[0].pod, time_s=T0),)
 
 
 @pytest.mark.parametrize(

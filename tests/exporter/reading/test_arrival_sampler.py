@@ -5,7 +5,6 @@ thread that samples on its own, holding no more than a read buffer of an endless
 from __future__ import annotations
 
 import time
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -29,6 +28,7 @@ from exporter.traffic import TrafficTracker
 from model import ServerConfig, ServiceParams, Workload
 from model.queueing.analyzer import max_rate
 from model.simulation.workloads import LengthDist, LengthKind
+from tests.fixtures.memory import peak_traced_mib
 from tests.fixtures.metrics_server import Behaviour, MetricsServer
 from tests.fixtures.vllm_exposition import PodTotals, render
 from tests.reliability.fault_server import Fault, FaultServer
@@ -198,12 +198,7 @@ def test_a_sample_of_an_endless_body_holds_no_more_than_a_read_buffer() -> None:
     kept about 30 MB of its malloc arena for good, per sampled pod that ever sent one."""
     with FaultServer(Fault.HUGE, max_seconds=30.0) as server:
         sampler = ArrivalSampler(server.url, clock=SystemClock(), period_s=5.0, deadline_s=5.0)
-        tracemalloc.start()
-        try:
-            sample = sampler.sample_once()
-            peak_mib = tracemalloc.get_traced_memory()[1] / (1 << 20)
-        finally:
-            tracemalloc.stop()
+        sample, peak_mib = peak_traced_mib(sampler.sample_once)
     assert sample.count is None  # cut off at the cap or the deadline
     assert peak_mib < 1, peak_mib
 

@@ -4,15 +4,12 @@ of its own on the kept lines) and holds no more than a read buffer of an endless
 
 from __future__ import annotations
 
-import tracemalloc
-
 import pytest
 
 from exporter.errors import FailureReason
 from exporter.reading.http_fetch import MAX_KEPT_BYTES, MAX_KEPT_LINE_BYTES, FetchError, fetch
+from tests.fixtures.memory import MIB, peak_traced_mib
 from tests.reliability.fault_server import Fault, FaultServer
-
-MIB = 1 << 20
 
 
 def keep(line: bytes) -> bool:
@@ -62,16 +59,16 @@ def test_kept_lines_hold_a_read_buffer_of_an_endless_body_not_the_body() -> None
     """Read to the 32 MiB cap, the whole body peaks at the cap; the kept lines at a few reads."""
     peaks_mib = {}
     with FaultServer(Fault.HUGE, max_seconds=60.0) as server:
-        tracemalloc.start()
-        try:
-            for filtered in (False, True):
-                tracemalloc.reset_peak()
-                with pytest.raises(FetchError) as caught:
+        for filtered in (False, True):
+
+            def read(filtered: bool = filtered) -> FailureReason:
+                try:
                     fetch(server.url, deadline_s=30.0, keep_line=keep if filtered else None)
-                assert caught.value.reason is FailureReason.BODY_TOO_LARGE
-                peaks_mib[filtered] = tracemalloc.get_traced_memory()[1] / MIB
-                del caught  # its traceback holds the read's frames, and with them the chunks
-        finally:
-            tracemalloc.stop()
+                except FetchError as exc:
+                    return exc.reason
+                raise AssertionError("an endless body was read to its end")
+
+            reason, peaks_mib[filtered] = peak_traced_mib(read)
+            assert reason is FailureReason.BODY_TOO_LARGE
     assert peaks_mib[False] > 30, peaks_mib
     assert peaks_mib[True] < 1, peaks_mib
