@@ -38,6 +38,8 @@ from prometheus_client import CollectorRegistry
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.closed_loop_percentiles import PERCENTILE_SCENARIOS, scenario_base  # noqa: E402
+from bench.closed_loop_percentiles import run_scenario as run_percentile_scenario  # noqa: E402
 from bench.closed_loop_report import (  # noqa: E402
     PAPER_TABLE_V,
     Cycle,
@@ -49,6 +51,7 @@ from bench.closed_loop_report import (  # noqa: E402
     print_table,
     spread,
     table_columns,
+    window_gaps,
 )
 from bench.closed_loop_support import (  # noqa: E402
     KV_CAPACITY_TOKENS,
@@ -139,13 +142,14 @@ class DaemonArm:
         look_ahead_s: float,
         initial_params: ServiceParams | None = None,
         server: ServerConfig = SERVER,
+        slo: SloConfig | None = None,
     ) -> None:
         dep = DeploymentConfig(
             name="sim",
             model_name="llama",
             source=SourceConfig(scrape_urls=("http://sim",)),
             server=server,
-            slo=SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
+            slo=slo or SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
             max_replicas=MAX_REPLICAS,
             look_ahead_s=look_ahead_s,
             initial_params=initial_params,
@@ -204,8 +208,12 @@ class ThroughputArm:
 # -- one run ---------------------------------------------------------------------------------
 
 
-def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
-    """Replay the profile through the fleet with one arm deciding every window."""
+def run_arm(
+    scenario: Scenario, arm: Arm, seed: int, duration_s: float, slo: SloConfig | None = None
+) -> Run:
+    """Replay the profile through the fleet with one arm deciding every window (our arms on
+    `slo` when given, else on the scenario's mean targets); the run keeps each window's
+    per-token gaps and the requests for percentile scoring."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     profile = RateProfile.paper(scenario.base_rps)
@@ -231,7 +239,7 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         controller = ThroughputArm()
     else:
         look_ahead_s = LOOK_AHEAD_S if arm is Arm.LOOK_AHEAD else 0.0
-        controller = DaemonArm(scenario, look_ahead_s)
+        controller = DaemonArm(scenario, look_ahead_s, slo=slo)
     out = Run(scenario.name, arm.value, seed)
     provisioned = 1
     status = sim.replica_status()
@@ -242,7 +250,9 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         for j in range(1, steps + 1):
             sim.run(t0 + j * SAMPLE_S)
             samples.append(sim.replica_status())
-        emitted = sum(r.emitted_tokens for r in sim.drain_records())
+        records = sim.drain_records()
+        emitted = sum(r.emitted_tokens for r in records)
+        out.window_gaps.append(window_gaps(records))
         view = observe_window(sim.result(), t0, t1, status, samples, emitted_tokens=emitted)
         status = samples[-1]
         info = controller.decide(view, t1, provisioned)
@@ -271,6 +281,7 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         provisioned = info.desired
     if isinstance(controller, DaemonArm) and controller.params is not None:
         out.params = controller.params.to_dict()
+    out.requests = sim.result()
     out.wall_s = time.perf_counter() - start
     return out
 
@@ -346,7 +357,8 @@ def summarize(run: Run, scenario: Scenario) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per scenario")
-    parser.add_argument("--scenario", choices=[s.name for s in SCENARIOS], help="only this one")
+    names = [s.name for s in SCENARIOS] + [s.name for s in PERCENTILE_SCENARIOS]
+    parser.add_argument("--scenario", choices=names, help="only this one")
     parser.add_argument(
         "--quick", action="store_true", help="one seed, first 20 minutes, no PNGs or JSON"
     )
@@ -401,10 +413,27 @@ def main(argv: list[str] | None = None) -> None:
         results["both_scenarios"] = print_combined(
             results["scenarios"], [a.value for a in arms], seeds
         )
+    for pct in PERCENTILE_SCENARIOS:
+        if args.scenario not in (None, pct.name):
+            continue
+        base = scenario_base(pct, SCENARIOS)
+        pct_started = time.perf_counter()
+        found = run_percentile_scenario(
+            pct,
+            seeds,
+            lambda thr, slo, seed, base=base: run_arm(  # type: ignore[misc]
+                base, Arm.THROUGHPUT if thr else Arm.QUEUEING, seed, duration_s, slo
+            ),
+        )
+        found["wall_s"] = time.perf_counter() - pct_started
+        if not args.quick:
+            path = RESULTS_DIR / "closed_loop_percentiles.json"
+            path.write_text(json.dumps(json_safe({"seeds": seeds, **found}), indent=1))
+            print(f"wrote {path}")
     wall = time.perf_counter() - started
     results["wall_s"] = wall
     print(f"\nwall time {wall:.0f} s")
-    if not args.quick:
+    if not args.quick and scenarios:
         RESULTS_DIR.mkdir(exist_ok=True)
         path = RESULTS_DIR / "closed_loop.json"
         path.write_text(json.dumps(json_safe(results), separators=(",", ":")))
