@@ -15,7 +15,11 @@ window's end. A cycle is over an SLO when its window's mean TTFT (ITL) exceeds t
 "outside loading" leaves out the windows in which a replica asked for was still starting;
 "up-ramps" are the windows ending on a rising segment of Table IV or within 90 s after it.
 
-Writes bench/results/closed_loop.json and one PNG per scenario and seed (bench/results/).
+Then the percentile scenario (bench/closed_loop_percentiles.py: TTFT p95 and per-token ITL p99
+targets; ours on them, ours on cost-matched mean targets, the throughput analyzer).
+
+Writes bench/results/closed_loop.json, one PNG per scenario and seed, and
+bench/results/closed_loop_percentiles.json (bench/results/).
 Run: .venv/bin/python bench/closed_loop.py [--seeds N] [--scenario NAME] [--quick]
 """
 
@@ -38,8 +42,7 @@ from prometheus_client import CollectorRegistry
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.closed_loop_percentiles import PERCENTILE_SCENARIOS, scenario_base  # noqa: E402
-from bench.closed_loop_percentiles import run_scenario as run_percentile_scenario  # noqa: E402
+from bench.closed_loop_percentiles import PERCENTILE_SCENARIOS, run_percentile_scenarios  # noqa: E402
 from bench.closed_loop_report import (  # noqa: E402
     PAPER_TABLE_V,
     Cycle,
@@ -413,23 +416,18 @@ def main(argv: list[str] | None = None) -> None:
         results["both_scenarios"] = print_combined(
             results["scenarios"], [a.value for a in arms], seeds
         )
-    for pct in PERCENTILE_SCENARIOS:
-        if args.scenario not in (None, pct.name):
-            continue
-        base = scenario_base(pct, SCENARIOS)
-        pct_started = time.perf_counter()
-        found = run_percentile_scenario(
-            pct,
-            seeds,
-            lambda thr, slo, seed, base=base: run_arm(  # type: ignore[misc]
-                base, Arm.THROUGHPUT if thr else Arm.QUEUEING, seed, duration_s, slo
-            ),
-        )
-        found["wall_s"] = time.perf_counter() - pct_started
-        if not args.quick:
-            path = RESULTS_DIR / "closed_loop_percentiles.json"
-            path.write_text(json.dumps(json_safe({"seeds": seeds, **found}), indent=1))
-            print(f"wrote {path}")
+    run_percentile_scenarios(
+        args.scenario,
+        seeds,
+        None if args.quick else RESULTS_DIR / "closed_loop_percentiles.json",
+        lambda base, thr, slo, seed: run_arm(
+            next(s for s in SCENARIOS if s.name == base),
+            Arm.THROUGHPUT if thr else Arm.QUEUEING,
+            seed,
+            duration_s,
+            slo,
+        ),
+    )
     wall = time.perf_counter() - started
     results["wall_s"] = wall
     print(f"\nwall time {wall:.0f} s")

@@ -19,14 +19,18 @@ The scenario is data (`PERCENTILE_SCENARIOS`); scoring and the cost search are f
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.closed_loop_report import Run, Scenario
+from bench.closed_loop_report import Run, json_safe
 from bench.percentile_sim import weighted_quantiles
 from exporter.config import SloConfig
 from model import LatencyMetric, PercentileTarget
@@ -160,12 +164,31 @@ def match_cost(
     return best[1], best[2], tried
 
 
-def scenario_base(scenario: PercentileScenario, bases: tuple[Scenario, ...]) -> Scenario:
-    """The mean-target scenario whose profile the percentile scenario replays."""
-    return next(s for s in bases if s.name == scenario.base)
-
-
 RunArm = Callable[[bool, SloConfig | None, int], Run]  # (throughput?, our SLO, seed) -> run
+# (base scenario name, throughput?, our SLO, seed) -> run
+RunBase = Callable[[str, bool, SloConfig | None, int], Run]
+
+
+def run_percentile_scenarios(
+    only: str | None, seeds: list[int], out: Path | None, run: RunBase
+) -> None:
+    """Every percentile scenario (or the one named `only`), its JSON written to `out`."""
+    for pct in PERCENTILE_SCENARIOS:
+        if only not in (None, pct.name):
+            continue
+        started = time.perf_counter()
+        found = run_scenario(
+            pct, seeds, partial(run, pct.base)
+        )
+        found["wall_s"] = time.perf_counter() - started
+        if out is not None:
+            out.write_text(json.dumps(json_safe({"seeds": seeds, **found}), indent=1))
+            print(f"wrote {out}")
+
+
+def _mean_runs(run: RunArm, scenario: PercentileScenario, seed: int) -> Callable[[float], Run]:
+    """Our arm on the mean targets at a scale, on this seed's trace."""
+    return lambda scale: run(False, scenario.mean_slo(scale), seed)
 
 
 def run_scenario(
@@ -177,7 +200,7 @@ def run_scenario(
         pct = run(False, scenario.percentile_slo(), seed)
         hours = replica_hours(pct)
         matched, scale, tried = match_cost(
-            lambda s, seed=seed: run(False, scenario.mean_slo(s), seed),  # type: ignore[misc]
+            _mean_runs(run, scenario, seed),
             hours,
             scenario.scale_lo,
             scenario.scale_hi,
