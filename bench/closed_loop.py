@@ -16,7 +16,11 @@ window's end. A cycle is over an SLO when its window's mean TTFT (ITL) exceeds t
 "outside loading" leaves out the windows in which a replica asked for was still starting;
 "up-ramps" are the windows ending on a rising segment of Table IV or within 90 s after it.
 
-Writes bench/results/closed_loop.json and one PNG per scenario and seed (bench/results/).
+Then the percentile scenario (bench/closed_loop_percentiles.py: TTFT p95 and per-token ITL p99
+targets; ours on them, ours on cost-matched mean targets, the throughput analyzer).
+
+Writes bench/results/closed_loop.json, one PNG per scenario and seed, and
+bench/results/closed_loop_percentiles.json (bench/results/).
 Run: .venv/bin/python bench/closed_loop.py [--seeds N] [--scenario NAME] [--quick]
 """
 
@@ -39,6 +43,7 @@ from prometheus_client import CollectorRegistry
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.closed_loop_percentiles import PERCENTILE_SCENARIOS, run_percentile_scenarios  # noqa: E402
 from bench.closed_loop_report import (  # noqa: E402
     PAPER_TABLE_V,
     Cycle,
@@ -50,6 +55,7 @@ from bench.closed_loop_report import (  # noqa: E402
     print_table,
     spread,
     table_columns,
+    window_gaps,
 )
 from bench.closed_loop_support import (  # noqa: E402
     KV_CAPACITY_TOKENS,
@@ -143,13 +149,14 @@ class DaemonArm:
         look_ahead_s: float,
         initial_params: ServiceParams | None = None,
         server: ServerConfig = SERVER,
+        slo: SloConfig | None = None,
     ) -> None:
         dep = DeploymentConfig(
             name="sim",
             model_name="llama",
             source=SourceConfig(scrape_urls=("http://sim",)),
             server=server,
-            slo=SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
+            slo=slo or SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
             max_replicas=MAX_REPLICAS,
             look_ahead_s=look_ahead_s,
             initial_params=initial_params,
@@ -208,8 +215,12 @@ class ThroughputArm:
 # -- one run ---------------------------------------------------------------------------------
 
 
-def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
-    """Replay the profile through the fleet with one arm deciding every window."""
+def run_arm(
+    scenario: Scenario, arm: Arm, seed: int, duration_s: float, slo: SloConfig | None = None
+) -> Run:
+    """Replay the profile through the fleet with one arm deciding every window (our arms on
+    `slo` when given, else on the scenario's mean targets); the run keeps each window's
+    per-token gaps and the requests for percentile scoring."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     profile = RateProfile.paper(scenario.base_rps)
@@ -235,7 +246,7 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         controller = ThroughputArm()
     else:
         look_ahead_s = LOOK_AHEAD_S if arm is Arm.LOOK_AHEAD else 0.0
-        controller = DaemonArm(scenario, look_ahead_s)
+        controller = DaemonArm(scenario, look_ahead_s, slo=slo)
     out = Run(scenario.name, arm.value, seed)
     provisioned = 1
     status = sim.replica_status()
@@ -246,7 +257,9 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         for j in range(1, steps + 1):
             sim.run(t0 + j * SAMPLE_S)
             samples.append(sim.replica_status())
-        emitted = sum(r.emitted_tokens for r in sim.drain_records())
+        records = sim.drain_records()
+        emitted = sum(r.emitted_tokens for r in records)
+        out.window_gaps.append(window_gaps(records))
         view = observe_window(sim.result(), t0, t1, status, samples, emitted_tokens=emitted)
         status = samples[-1]
         info = controller.decide(view, t1, provisioned)
@@ -275,6 +288,7 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         provisioned = info.desired
     if isinstance(controller, DaemonArm) and controller.params is not None:
         out.params = controller.params.to_dict()
+    out.requests = sim.result()
     out.wall_s = time.perf_counter() - start
     return out
 
@@ -350,7 +364,8 @@ def summarize(run: Run, scenario: Scenario) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per scenario")
-    parser.add_argument("--scenario", choices=[s.name for s in SCENARIOS], help="only this one")
+    names = [s.name for s in SCENARIOS] + [s.name for s in PERCENTILE_SCENARIOS]
+    parser.add_argument("--scenario", choices=names, help="only this one")
     parser.add_argument(
         "--quick", action="store_true", help="one seed, first 20 minutes, no PNGs or JSON"
     )
@@ -404,10 +419,22 @@ def main(argv: list[str] | None = None) -> None:
     if all(s.name in results["scenarios"] for s in PAPER_SCENARIOS):
         paper_runs = {s.name: results["scenarios"][s.name] for s in PAPER_SCENARIOS}
         results["both_scenarios"] = print_combined(paper_runs, [a.value for a in arms], seeds)
+    run_percentile_scenarios(
+        args.scenario,
+        seeds,
+        None if args.quick else RESULTS_DIR / "closed_loop_percentiles.json",
+        lambda base, thr, slo, seed: run_arm(
+            next(s for s in SCENARIOS if s.name == base),
+            Arm.THROUGHPUT if thr else Arm.QUEUEING,
+            seed,
+            duration_s,
+            slo,
+        ),
+    )
     wall = time.perf_counter() - started
     results["wall_s"] = wall
     print(f"\nwall time {wall:.0f} s")
-    if not args.quick:
+    if not args.quick and scenarios:
         RESULTS_DIR.mkdir(exist_ok=True)
         path = RESULTS_DIR / "closed_loop.json"
         path.write_text(json.dumps(json_safe(results), separators=(",", ":")))
