@@ -41,6 +41,7 @@ lint: venv
 bench: venv
 	$(PY) bench/model_speed.py
 	$(PY) bench/tuner_speed.py
+	$(PY) bench/daemon_scale.py
 	$(PY) bench/paper_table1.py
 	$(PY) bench/model_vs_sim.py
 	$(PY) bench/percentiles.py --jobs 2

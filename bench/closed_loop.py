@@ -1,10 +1,11 @@
 """Closed-loop autoscaling on the simulated fleet: the paper's Table V, repeated over seeds
 (issue 8 part 4).
 
-The 44-minute load profile (Table IV) for both Table III scenarios, true parameters = Table I
-Llama-3.1-8B, B = 256, M = 8192, KV capacity 449,200 tokens per replica, lengths uniform on
-[x/2, 3x/2], Poisson arrivals, 30 s windows, new replicas ready 90 s after they are asked for
-(removed ones drain), one replica at the start and no known parameters. Arms:
+The 44-minute load profile (Table IV) for both Table III scenarios and the TTFT-bound one with
+lognormal CV 1 lengths (issue 17), true parameters = Table I Llama-3.1-8B, B = 256, M = 8192,
+KV capacity 449,200 tokens per replica, lengths uniform on [x/2, 3x/2] (unless lognormal),
+Poisson arrivals, 30 s windows, new replicas ready 90 s after they are asked for (removed ones
+drain), one replica at the start and no known parameters. Arms:
 - queueing: our Recommender fed by the Tuner, driven through the real `Daemon` cycle (steady
   window filter, per-replica rate, `waiting_queue_grows`, 300 s scale-down stabilization);
 - throughput: the decode-throughput analyzer (paper §IX, Table II defaults);
@@ -15,7 +16,11 @@ window's end. A cycle is over an SLO when its window's mean TTFT (ITL) exceeds t
 "outside loading" leaves out the windows in which a replica asked for was still starting;
 "up-ramps" are the windows ending on a rising segment of Table IV or within 90 s after it.
 
-Writes bench/results/closed_loop.json and one PNG per scenario and seed (bench/results/).
+Then the percentile scenario (bench/closed_loop_percentiles.py: TTFT p95 and per-token ITL p99
+targets; ours on them, ours on cost-matched mean targets, the throughput analyzer).
+
+Writes bench/results/closed_loop.json, one PNG per scenario and seed, and
+bench/results/closed_loop_percentiles.json (bench/results/).
 Run: .venv/bin/python bench/closed_loop.py [--seeds N] [--scenario NAME] [--quick]
 """
 
@@ -38,6 +43,7 @@ from prometheus_client import CollectorRegistry
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.closed_loop_percentiles import PERCENTILE_SCENARIOS, run_percentile_scenarios  # noqa: E402
 from bench.closed_loop_report import (  # noqa: E402
     PAPER_TABLE_V,
     Cycle,
@@ -49,6 +55,7 @@ from bench.closed_loop_report import (  # noqa: E402
     print_table,
     spread,
     table_columns,
+    window_gaps,
 )
 from bench.closed_loop_support import (  # noqa: E402
     KV_CAPACITY_TOKENS,
@@ -84,7 +91,10 @@ RAMP_UP_S = ((300.0, 480.0), (960.0, 1140.0))
 SCENARIOS = (
     Scenario("ttft-bound", 300 / 60, 1024, 512, 50.0, 25.0, "ttft"),
     Scenario("itl-bound", 120 / 60, 128, 2048, 200.0, 13.0, "itl"),
+    # Real-traffic spread (issue 17): the TTFT-bound shape with lognormal CV 1 lengths.
+    Scenario("ttft-bound-lognormal", 300 / 60, 1024, 512, 50.0, 25.0, "ttft", "lognormal", 1.0),
 )
+PAPER_SCENARIOS = [s for s in SCENARIOS if s.name in PAPER_TABLE_V]  # Table III's two
 
 
 class Arm(StrEnum):
@@ -139,13 +149,14 @@ class DaemonArm:
         look_ahead_s: float,
         initial_params: ServiceParams | None = None,
         server: ServerConfig = SERVER,
+        slo: SloConfig | None = None,
     ) -> None:
         dep = DeploymentConfig(
             name="sim",
             model_name="llama",
             source=SourceConfig(scrape_urls=("http://sim",)),
             server=server,
-            slo=SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
+            slo=slo or SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
             max_replicas=MAX_REPLICAS,
             look_ahead_s=look_ahead_s,
             initial_params=initial_params,
@@ -204,15 +215,19 @@ class ThroughputArm:
 # -- one run ---------------------------------------------------------------------------------
 
 
-def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
-    """Replay the profile through the fleet with one arm deciding every window."""
+def run_arm(
+    scenario: Scenario, arm: Arm, seed: int, duration_s: float, slo: SloConfig | None = None
+) -> Run:
+    """Replay the profile through the fleet with one arm deciding every window (our arms on
+    `slo` when given, else on the scenario's mean targets); the run keeps each window's
+    per-token gaps and the requests for percentile scoring."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     profile = RateProfile.paper(scenario.base_rps)
     trace = draw_trace(
         profile,
-        LengthDist(LengthKind.UNIFORM, scenario.input_tokens),
-        LengthDist(LengthKind.UNIFORM, scenario.output_tokens),
+        LengthDist(LengthKind(scenario.lengths), scenario.input_tokens, scenario.length_cv),
+        LengthDist(LengthKind(scenario.lengths), scenario.output_tokens, scenario.length_cv),
         rng,
         duration_s=duration_s,
     )
@@ -231,7 +246,7 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         controller = ThroughputArm()
     else:
         look_ahead_s = LOOK_AHEAD_S if arm is Arm.LOOK_AHEAD else 0.0
-        controller = DaemonArm(scenario, look_ahead_s)
+        controller = DaemonArm(scenario, look_ahead_s, slo=slo)
     out = Run(scenario.name, arm.value, seed)
     provisioned = 1
     status = sim.replica_status()
@@ -242,7 +257,9 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         for j in range(1, steps + 1):
             sim.run(t0 + j * SAMPLE_S)
             samples.append(sim.replica_status())
-        emitted = sum(r.emitted_tokens for r in sim.drain_records())
+        records = sim.drain_records()
+        emitted = sum(r.emitted_tokens for r in records)
+        out.window_gaps.append(window_gaps(records))
         view = observe_window(sim.result(), t0, t1, status, samples, emitted_tokens=emitted)
         status = samples[-1]
         info = controller.decide(view, t1, provisioned)
@@ -271,6 +288,7 @@ def run_arm(scenario: Scenario, arm: Arm, seed: int, duration_s: float) -> Run:
         provisioned = info.desired
     if isinstance(controller, DaemonArm) and controller.params is not None:
         out.params = controller.params.to_dict()
+    out.requests = sim.result()
     out.wall_s = time.perf_counter() - start
     return out
 
@@ -346,7 +364,8 @@ def summarize(run: Run, scenario: Scenario) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per scenario")
-    parser.add_argument("--scenario", choices=[s.name for s in SCENARIOS], help="only this one")
+    names = [s.name for s in SCENARIOS] + [s.name for s in PERCENTILE_SCENARIOS]
+    parser.add_argument("--scenario", choices=names, help="only this one")
     parser.add_argument(
         "--quick", action="store_true", help="one seed, first 20 minutes, no PNGs or JSON"
     )
@@ -393,18 +412,29 @@ def main(argv: list[str] | None = None) -> None:
         print_table(scenario, table, len(seeds))
         results["scenarios"][scenario.name] = {
             "scenario": asdict(scenario),
-            "paper": PAPER_TABLE_V[scenario.name],
+            "paper": PAPER_TABLE_V.get(scenario.name),
             "table": table,
             "runs": runs_out,
         }
-    if len(scenarios) == len(SCENARIOS):
-        results["both_scenarios"] = print_combined(
-            results["scenarios"], [a.value for a in arms], seeds
-        )
+    if all(s.name in results["scenarios"] for s in PAPER_SCENARIOS):
+        paper_runs = {s.name: results["scenarios"][s.name] for s in PAPER_SCENARIOS}
+        results["both_scenarios"] = print_combined(paper_runs, [a.value for a in arms], seeds)
+    run_percentile_scenarios(
+        args.scenario,
+        seeds,
+        None if args.quick else RESULTS_DIR / "closed_loop_percentiles.json",
+        lambda base, thr, slo, seed: run_arm(
+            next(s for s in SCENARIOS if s.name == base),
+            Arm.THROUGHPUT if thr else Arm.QUEUEING,
+            seed,
+            duration_s,
+            slo,
+        ),
+    )
     wall = time.perf_counter() - started
     results["wall_s"] = wall
     print(f"\nwall time {wall:.0f} s")
-    if not args.quick:
+    if not args.quick and scenarios:
         RESULTS_DIR.mkdir(exist_ok=True)
         path = RESULTS_DIR / "closed_loop.json"
         path.write_text(json.dumps(json_safe(results), separators=(",", ":")))

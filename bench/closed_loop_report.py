@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
+
+from model.simulation.replica import IterationRecord
+from model.simulation.simulator import SimResult
+
+FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +29,8 @@ class Scenario:
     ttft_ms: float
     itl_ms: float
     binding: str  # the target the scenario is built to bind: "ttft" or "itl"
+    lengths: str = "uniform"  # LengthKind of both lengths (uniform: on [x/2, 3x/2])
+    length_cv: float = 0.0  # their CV where the law takes one (lognormal)
 
 
 # Paper Table V (one run per arm, ~42 s cycles); None where the paper gives no figure.
@@ -136,6 +145,19 @@ class Run:
     params: dict[str, float] | None = None
     first_fit_s: float | None = None
     wall_s: float = 0.0
+    # Per window: the per-token gaps (ms) and how many tokens had each; the requests at the end.
+    window_gaps: list[tuple[FloatArray, FloatArray]] = field(default_factory=list)
+    requests: SimResult | None = None
+
+
+def window_gaps(records: Sequence[IterationRecord]) -> tuple[FloatArray, FloatArray]:
+    """The per-token gaps (ms) of a window's iteration records and their token counts."""
+    kept = [r for r in records if r.gap_s.size]
+    if not kept:
+        return np.empty(0), np.empty(0)
+    gaps = np.concatenate([r.gap_s for r in kept]) * 1000.0
+    weights = np.concatenate([r.gap_weight for r in kept]).astype(np.float64)
+    return gaps, weights
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -188,10 +210,12 @@ def _cell(stats: dict[str, float], fmt: str, many: bool) -> str:
 
 def print_table(scenario: Scenario, table: dict[str, dict[str, dict[str, float]]], n: int) -> None:
     arms = list(table)
-    paper = PAPER_TABLE_V[scenario.name]
+    paper = PAPER_TABLE_V.get(scenario.name, {"queueing": {}, "throughput": {}})
     print(
         f"\n{scenario.name}: TTFT SLO {scenario.ttft_ms:g} ms, ITL SLO {scenario.itl_ms:g} ms, "
-        f"base {scenario.base_rps * 60:g} RPM; {n} seed(s): mean±sd [min-max]"
+        f"base {scenario.base_rps * 60:g} RPM, {scenario.lengths} lengths"
+        f"{f' CV {scenario.length_cv:g}' if scenario.length_cv else ''}; "
+        f"{n} seed(s): mean±sd [min-max]"
     )
     head = f"{'':31}{'paper queue':>12}{'paper thru':>11}" + "".join(f"{a:>23}" for a in arms)
     print(head)

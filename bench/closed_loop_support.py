@@ -11,6 +11,8 @@ deltas: over the window (start, end],
   samples of them); new and gone pods are flagged;
 - running and waiting per pod: means over gauge samples taken through the window (ready pods);
   the backlog test per observed pod is the collector's own (`backlog_growing`);
+- token-length histograms (vLLM's 1-2-5 buckets, exact sum) of the completed requests, from
+  which the daemon measures the length CVs as it does from a real exposition;
 - KV usage: KV tokens held over the capacity, at the window's end (vLLM's gauge), mean and max
   over ready pods; waiting requests at the end, summed (what the throughput analyzer reads).
 """
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
+from exporter.emulation.emulator_metrics import length_histogram
 from exporter.reading.observations import (
     STATUS_MESSAGES,
     DeploymentObservation,
@@ -29,6 +33,7 @@ from exporter.reading.observations import (
 )
 from exporter.reading.pod_observation import Problem
 from exporter.reading.saturation import backlog_growing
+from exporter.reading.vllm_metrics import HistogramName
 from model.baselines.throughput_analyzer import FleetState
 from model.simulation.replica import ReplicaState
 from model.simulation.simulator import ReplicaStatus, SimResult
@@ -81,6 +86,7 @@ def observe_window(
     *,
     emitted_tokens: int,
     kv_capacity_tokens: float = KV_CAPACITY_TOKENS,
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     deployment: str = "sim",
 ) -> WindowView:
     """The window (start_s, end_s] of `result`; start_status is the fleet at start_s, samples
@@ -159,6 +165,12 @@ def observe_window(
         gone_pods=gone_pods,
         failures=(),
         problems=tuple(sorted(problems)),
+        windows={
+            HistogramName.PROMPT_LEN: length_histogram(result.input_tokens[done], max_model_len),
+            HistogramName.GENERATION_LEN: length_histogram(
+                result.output_tokens[done], max_model_len
+            ),
+        },
     )
     starting = any(
         s.state is ReplicaState.STARTING for sample in (start_status, *samples) for s in sample

@@ -1,19 +1,25 @@
-"""One daemon cycle over 1000 deployments: wall time and peak RSS (goal: <= 10 s, <= 300 MB).
+"""Daemon cycles over many deployments: wall and CPU time, peak RSS, and how they grow with B
+(vLLM's max_num_seqs) and with the number of deployments.
 
-The cycle's process CPU time is printed beside its wall time: on a shared machine the wall time
-also counts the time the daemon waits for a core, the CPU time does not.
+Goals (issue 19): one cycle over 1000 deployments with refits <= 4 s CPU (`time.process_time`)
+at B = 256, <= 300 MB peak RSS at B = 4096. The cycle's process CPU time is printed beside its
+wall time: on a shared machine the wall time also counts the time the daemon waits for a core.
 
 Synthetic in-memory sources (no network): each deployment has two pods whose cumulative vLLM
 totals grow as the model predicts at a load that drifts slowly from cycle to cycle, so every
-deployment's tuner is past warm-up and refits its window in the measured cycle. Prints the
-figures and writes bench/results/daemon_scale.json.
+deployment's tuner is past warm-up and refits its window in the measured cycle. Each (B,
+deployments) pair runs in its own process so its peak RSS is its own. Prints the figures and
+writes bench/results/daemon_scale.json.
+Run: .venv/bin/python bench/daemon_scale.py [--max-num-seqs 256 1024 4096] [--deployments 1000]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,13 +45,12 @@ from model import ServerConfig, ServiceParams  # noqa: E402
 from model.queueing.analyzer import analyze_points  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DEPLOYMENTS = 1000
 PODS = 2
 CYCLE_S = 30.0
 WARM_CYCLES = 7  # first read + 5 steady windows for the first fit, and one more
-GOAL_S, GOAL_MB = 10.0, 300.0
+GOAL_CPU_S = 4.0  # 1000 deployments at B = 256
+GOAL_MB = 300.0  # 1000 deployments at B = 4096
 TRUTH = ServiceParams(6.68, 2.01e-2, 5.52e-5)
-SERVER = ServerConfig()
 
 
 class SyntheticSource:
@@ -93,20 +98,24 @@ class SyntheticSource:
         return SourceRead(time_s=self._clock.time(), samples=samples)
 
 
-def main() -> None:
+def run_one(deployment_count: int, max_num_seqs: int) -> dict[str, object]:
+    """WARM_CYCLES cycles, then the measured one; its figures."""
+    server = ServerConfig(max_batch_size=max_num_seqs)
     rng = np.random.default_rng(5)
     clock = ManualClock()
-    n = rng.uniform(128, 2048, DEPLOYMENTS).round()
-    m = rng.uniform(64, 1024, DEPLOYMENTS).round()
-    light = analyze_points(TRUTH, SERVER, n, m, np.full(DEPLOYMENTS, 1e-3))
+    n = rng.uniform(128, 2048, deployment_count).round()
+    m = rng.uniform(64, 1024, deployment_count).round()
+    light = analyze_points(TRUTH, server, n, m, np.full(deployment_count, 1e-3))
     base = rng.uniform(0.2, 0.6) * np.asarray(light.saturation_rate_rps) * PODS
-    sources = {f"dep-{k}": SyntheticSource(clock, n[k], m[k], base[k]) for k in range(DEPLOYMENTS)}
+    sources = {
+        f"dep-{k}": SyntheticSource(clock, n[k], m[k], base[k]) for k in range(deployment_count)
+    }
     deployments = tuple(
         DeploymentConfig(
             name=name,
             model_name="m",
             source=SourceConfig(scrape_urls=("http://x/",)),
-            server=SERVER,
+            server=server,
             slo=SloConfig(ttft_ms=500.0, itl_ms=50.0),
             max_replicas=100,
         )  # fmt: skip
@@ -117,8 +126,8 @@ def main() -> None:
     durations, cpu_s = [], []
     for _ in range(WARM_CYCLES + 1):
         rates = np.array([s.rate_rps() / PODS for s in sources.values()])
-        truth = analyze_points(TRUTH, SERVER, n, m, rates)
-        noise = np.exp(rng.normal(0.0, 0.03, (2, DEPLOYMENTS)))
+        truth = analyze_points(TRUTH, server, n, m, rates)
+        noise = np.exp(rng.normal(0.0, 0.03, (2, deployment_count)))
         for k, source in enumerate(sources.values()):
             source.advance(truth.ttft_ms[k] * noise[0, k], truth.itl_ms[k] * noise[1, k])
         clock.advance(CYCLE_S)
@@ -128,40 +137,62 @@ def main() -> None:
         cpu_s.append(time.process_time() - start_cpu)
     scrape_start = time.perf_counter()
     exposition = generate_latest(registry)
-    scrape_s = time.perf_counter() - scrape_start
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     states = [rt.tuner.state.value for rt in daemon.runtimes.values()]
-    cycle_s = durations[-1]
-    fitted = sum(s != "warming" for s in states)
-    print(
-        f"{DEPLOYMENTS} deployments x {PODS} pods, cycle {len(durations)} (tuners past warm-up: "
-        f"{fitted})"
-    )
-    print(
-        f"  cycle wall time   {cycle_s:6.2f} s   (goal <= {GOAL_S:g} s) "
-        f"{'met' if cycle_s <= GOAL_S else 'MISSED'}"
-    )
-    print(f"  cycle CPU time    {cpu_s[-1]:6.2f} s   (all threads; no waiting for a core)")
-    print(
-        f"  peak RSS          {peak_mb:6.0f} MB  (goal <= {GOAL_MB:g} MB) "
-        f"{'met' if peak_mb <= GOAL_MB else 'MISSED'}"
-    )
-    print(f"  /metrics render   {scrape_s * 1e3:6.0f} ms  ({len(exposition) / 1e6:.1f} MB)")
-    print(f"  earlier cycles    {', '.join(f'{d:.2f}' for d in durations[:-1])} s")
+    return {
+        "deployments": deployment_count,
+        "max_num_seqs": max_num_seqs,
+        "pods_per_deployment": PODS,
+        "cycle_wall_s": durations[-1],
+        "cycle_cpu_s": cpu_s[-1],
+        "earlier_cycles_wall_s": durations[:-1],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "metrics_render_s": time.perf_counter() - scrape_start,
+        "metrics_bytes": len(exposition),
+        "tuners_past_warmup": sum(s != "warming" for s in states),
+        "load_average_1min": os.getloadavg()[0],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--max-num-seqs", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--deployments", type=int, nargs="+", default=[250, 1000])
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.deployments[0], args.max_num_seqs[0])))
+        return
+    print(f"load average (1 min) at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'B':>5s} {'deployments':>11s} {'cycle CPU':>10s} {'wall':>8s} {'CPU/dep':>9s} "
+          f"{'peak RSS':>9s}  goal")  # fmt: skip
+    rows = []
+    for batch in args.max_num_seqs:
+        for count in args.deployments:
+            child = subprocess.run(
+                [sys.executable, __file__, "--one", "--max-num-seqs", str(batch),
+                 "--deployments", str(count)],  # fmt: skip
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            row = json.loads(child.stdout.strip().splitlines()[-1])
+            goal = ""
+            if count == 1000 and batch == 256:
+                met = row["cycle_cpu_s"] <= GOAL_CPU_S
+                goal = f"CPU <= {GOAL_CPU_S:g} s {'met' if met else 'MISSED'}"
+            if count == 1000 and batch == 4096:
+                met = row["peak_rss_mb"] <= GOAL_MB
+                goal = f"RSS <= {GOAL_MB:g} MB {'met' if met else 'MISSED'}"
+            print(
+                f"{batch:5d} {count:11d} {row['cycle_cpu_s']:8.2f} s {row['cycle_wall_s']:6.2f} s "
+                f"{row['cycle_cpu_s'] / count * 1e3:6.2f} ms {row['peak_rss_mb']:6.0f} MB  {goal}",
+                flush=True,
+            )
+            rows.append(row)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {
         "benchmark": "daemon_scale",
-        "deployments": DEPLOYMENTS,
-        "pods_per_deployment": PODS,
-        "cycle_wall_s": cycle_s,
-        "earlier_cycles_wall_s": durations[:-1],
-        "cycle_cpu_s": cpu_s[-1],
-        "load_average_1min": os.getloadavg()[0],
-        "peak_rss_mb": peak_mb,
-        "metrics_render_s": scrape_s,
-        "metrics_bytes": len(exposition),
-        "tuners_past_warmup": fitted,
-        "goals": {"cycle_wall_s": GOAL_S, "peak_rss_mb": GOAL_MB},
+        "goals": {"cycle_cpu_s_1000_b256": GOAL_CPU_S, "peak_rss_mb_1000_b4096": GOAL_MB},
+        "load_average_1min_end": os.getloadavg()[0],
+        "results": rows,
     }
     (RESULTS / "daemon_scale.json").write_text(json.dumps(out, indent=2) + "\n")
     print("wrote bench/results/daemon_scale.json")

@@ -1,12 +1,18 @@
-"""Speed of the model's hot paths: prints a table and writes bench/results/model_speed.json.
+"""Speed of the model's hot paths beside the frozen pre-kernel model (bench/baseline).
 
-Goals on a 2-core machine: scalar analyze <= 50 us, a 1000-rate curve <= 5 ms,
-max_rate_for_slo <= 1 ms (B = 256); latency_quantiles <= 1 ms per rate (B = 256, 64 rates in one
-call) and max_rate_for_slo with a TTFT p95 and a per-token ITL p99 target <= 20 ms (B = 256).
+Every case runs on today's model and on the frozen copy, so the ratio holds on a loaded machine
+where absolute times do not. Each figure is the median of REPEATS batches of calls. Cases for
+B = 256 / 1024 / 4096 and both model variants (refined, the default; paper). Issue 19's targets:
+analyze one rate <= 10 us (B = 256), <= 25 us (B = 1024) and >= 10x the baseline; max_rate_for_slo
+<= 150 / 400 / 2000 us (B = 256 / 1024 / 4096) and >= 8x the baseline at B = 256; a 1000-rate curve
+<= 1 ms (B = 256); a 10-point refit <= 3 ms; percentile sizing (TTFT p95 + token ITL p99) <= 5 ms.
+Prints a table, the process CPU time and the load, and writes bench/results/model_speed.json.
+Run: .venv/bin/python bench/model_speed.py [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -15,49 +21,58 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model import (  # noqa: E402
-    PAPER_MODEL,
-    LatencyMetric,
-    PercentileTarget,
-    ServerConfig,
-    ServiceParams,
-    Workload,
-    analyze,
-    latency_quantiles,
-    max_rate,
-    max_rate_for_slo,
-    replicas_for_slo,
-)
-from model.queueing.analyzer import analyze_points  # noqa: E402
+import model as today  # noqa: E402
+from bench.baseline.vendor import model as baseline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-QUANTILE_RATES = 64  # rates per latency_quantiles call; its row reports the time per rate
-PERCENTILE_TARGETS = (
-    PercentileTarget(LatencyMetric.TTFT, 0.95, 100.0),
-    PercentileTarget(LatencyMetric.ITL_PER_TOKEN, 0.99, 40.0),
-)
-LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)  # paper Table I, ms
-SHAPE = Workload(1024, 512)
+REPEATS = 5
+BATCH_SIZES = (256, 1024, 4096)
+LLAMA = (6.68, 2.01e-2, 5.52e-5)  # paper Table I, ms
+# (workload, TTFT ms, ITL ms): the issue's two sizing cases.
+SLO_CASES = (((1024, 512), 50.0, 25.0), ((128, 2048), 200.0, 13.0))
+# Targets in us by (case, B); None: no target at that B.
+TARGET_US: dict[tuple[str, int], float] = {
+    ("analyze one rate", 256): 10.0,
+    ("analyze one rate", 1024): 25.0,
+    ("max_rate_for_slo 1024/512 50/25 ms", 256): 150.0,
+    ("max_rate_for_slo 1024/512 50/25 ms", 1024): 400.0,
+    ("max_rate_for_slo 1024/512 50/25 ms", 4096): 2000.0,
+    ("max_rate_for_slo 128/2048 200/13 ms", 256): 150.0,
+    ("max_rate_for_slo 128/2048 200/13 ms", 1024): 400.0,
+    ("max_rate_for_slo 128/2048 200/13 ms", 4096): 2000.0,
+    ("analyze 1000-rate curve", 256): 1000.0,
+    ("refit 10-point window", 256): 3000.0,
+    ("percentile sizing TTFT p95 + token ITL p99", 256): 5000.0,
+}
+# Least speed-up over the baseline by (case, B).
+TARGET_RATIO: dict[tuple[str, int], float] = {
+    ("analyze one rate", 256): 10.0,
+    ("analyze one rate", 1024): 10.0,
+    ("max_rate_for_slo 1024/512 50/25 ms", 256): 8.0,
+    ("max_rate_for_slo 128/2048 200/13 ms", 256): 8.0,
+}
 
 
-def median_us(fn: Callable[[], object], repeats: int = 7, min_time_s: float = 0.2) -> float:
-    """Median over `repeats` batches of the per-call time, in microseconds."""
+def median_us(fn: Callable[[], object], min_time_s: float) -> float:
+    """Median over REPEATS batches of the per-call time, in microseconds."""
     fn()
     calls = 1
     while True:
         start = time.perf_counter()
         for _ in range(calls):
             fn()
-        if time.perf_counter() - start >= min_time_s / repeats:
+        if time.perf_counter() - start >= min_time_s / REPEATS:
             break
         calls *= 2
     samples = []
-    for _ in range(repeats):
+    for _ in range(REPEATS):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -65,85 +80,104 @@ def median_us(fn: Callable[[], object], repeats: int = 7, min_time_s: float = 0.
     return statistics.median(samples)
 
 
-def main() -> None:
-    b256, b1024 = ServerConfig(max_batch_size=256), ServerConfig(max_batch_size=1024)
-    curve = np.linspace(0.0, max_rate(LLAMA, b256, SHAPE), 1000)
-    rng = np.random.default_rng(7)
-    n_pts, m_pts = rng.uniform(128, 4096, 10), rng.uniform(64, 2048, 10)
-    r_pts = rng.uniform(0.2, 2.0, 10)
-    quantile_rates = np.linspace(0.05, 0.95, QUANTILE_RATES) * max_rate(LLAMA, b256, SHAPE)
-    cases: list[tuple[str, Callable[[], object], float | None]] = [
-        ("analyze scalar, B=256", lambda: analyze(LLAMA, b256, SHAPE, 5.0), 50.0),
-        (
-            "analyze scalar, B=256, paper variant",
-            lambda: analyze(LLAMA, b256, SHAPE, 5.0, options=PAPER_MODEL),
-            50.0,
-        ),
-        ("analyze scalar, B=1024", lambda: analyze(LLAMA, b1024, SHAPE, 5.0), None),
-        ("analyze 1000 rates, B=256", lambda: analyze(LLAMA, b256, SHAPE, curve), 5000.0),
-        (
-            "analyze_points 10 shapes, B=256",
-            lambda: analyze_points(LLAMA, b256, n_pts, m_pts, r_pts),
-            None,
-        ),
-        (
-            "max_rate_for_slo, B=256",
-            lambda: max_rate_for_slo(LLAMA, b256, SHAPE, ttft_ms=50, itl_ms=25),
-            1000.0,
-        ),
-        (
-            "max_rate_for_slo, B=256, paper variant",
-            lambda: max_rate_for_slo(
-                LLAMA, b256, SHAPE, ttft_ms=50, itl_ms=25, options=PAPER_MODEL
-            ),
-            1000.0,
-        ),
-        (
-            "max_rate_for_slo, B=1024",
-            lambda: max_rate_for_slo(LLAMA, b1024, SHAPE, ttft_ms=50, itl_ms=25),
-            None,
-        ),
-        (
-            "replicas_for_slo, B=256",
-            lambda: replicas_for_slo(20.0, LLAMA, b256, SHAPE, ttft_ms=50, itl_ms=25),
-            None,
-        ),
-        (
-            f"latency_quantiles per rate ({QUANTILE_RATES} rates), B=256",
-            lambda: latency_quantiles(LLAMA, b256, SHAPE, quantile_rates, [0.5, 0.9, 0.95, 0.99]),
-            1000.0 * QUANTILE_RATES,
-        ),
-        (
-            "latency_quantiles scalar, B=256",
-            lambda: latency_quantiles(LLAMA, b256, SHAPE, 5.0, [0.5, 0.9, 0.95, 0.99]),
-            None,
-        ),
-        (
-            "max_rate_for_slo TTFT p95 + token ITL p99, B=256",
-            lambda: max_rate_for_slo(LLAMA, b256, SHAPE, percentiles=PERCENTILE_TARGETS),
-            20000.0,
-        ),
+def window(m: ModuleType, batch: int, options: Any) -> list[Any]:
+    """Ten observations the model itself predicts (four shapes, loads 20-80 %), for a refit."""
+    rng = np.random.default_rng(11)
+    params, server = m.ServiceParams(*LLAMA), m.ServerConfig(max_batch_size=batch)
+    n, mm = rng.choice([256.0, 1024.0, 4096.0], 10), rng.choice([256.0, 1024.0], 10)
+    light = m.analyze_points(params, server, n, mm, np.full(10, 1e-3), options=options)
+    rate = rng.uniform(0.2, 0.8, 10) * np.asarray(light.saturation_rate_rps)
+    out = m.analyze_points(params, server, n, mm, rate, options=options)
+    return [
+        m.Observation(
+            rate_rps=float(rate[k]), avg_input_tokens=float(n[k]),
+            avg_output_tokens=float(mm[k]), ttft_ms=float(out.ttft_ms[k]),
+            itl_ms=float(out.itl_ms[k]),
+        )  # fmt: skip
+        for k in range(10)
     ]
+
+
+def cases(m: ModuleType, batch: int, options: Any) -> dict[str, Callable[[], object]]:
+    """The timed calls on model package `m` (today's or the baseline) at max_num_seqs `batch`."""
+    params, server = m.ServiceParams(*LLAMA), m.ServerConfig(max_batch_size=batch)
+    shape = m.Workload(1024, 512)
+    curve = np.linspace(0.0, m.max_rate(params, server, shape, options=options), 1000)
+    obs, start = window(m, batch, options), m.ServiceParams(7.0, 2.2e-2, 5.0e-5)
+    targets = (
+        m.PercentileTarget(m.LatencyMetric.TTFT, 0.95, 100.0),
+        m.PercentileTarget(m.LatencyMetric.ITL_PER_TOKEN, 0.99, 40.0),
+    )
+    out: dict[str, Callable[[], object]] = {
+        "analyze one rate": lambda: m.analyze(params, server, shape, 5.0, options=options),
+        "analyze 1000-rate curve": lambda: m.analyze(params, server, shape, curve, options=options),
+    }
+    for (n, mm), ttft, itl in SLO_CASES:
+        load = m.Workload(n, mm)
+        out[f"max_rate_for_slo {n}/{mm} {ttft:g}/{itl:g} ms"] = (
+            lambda load=load, ttft=ttft, itl=itl: m.max_rate_for_slo(
+                params, server, load, ttft_ms=ttft, itl_ms=itl, options=options
+            )
+        )
+    out["refit 10-point window"] = lambda: m.fit(obs, server, start, options=options)
+    out["percentile sizing TTFT p95 + token ITL p99"] = lambda: m.max_rate_for_slo(
+        params, server, shape, percentiles=targets, options=options
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter batches (noisier figures)")
+    args = parser.parse_args()
+    min_time_s = 0.1 if args.quick else 0.3
+    load_start, cpu_start = os.getloadavg()[0], time.process_time()
+    print(f"load average (1 min) at start: {load_start:.1f} on {os.cpu_count()} cores")
+    print(f"each figure: median of {REPEATS} batches; ratio = baseline / today (same process)")
+    head = f"{'case':44s} {'B':>5s} {'variant':8s} {'baseline':>11s} {'today':>11s} {'ratio':>7s}"
+    print(f"{head}  target")
     rows = []
-    print("default model variant: refined (rows marked 'paper variant' pin the paper's)")
-    load_1min = os.getloadavg()[0]
-    print(f"machine load average (1 min) at start: {load_1min:.1f} on {os.cpu_count()} cores")
-    print(f"{'case':48s} {'median':>12s} {'goal':>10s}  verdict")
-    for name, fn, goal in cases:
-        us = median_us(fn)
-        if name.startswith("latency_quantiles per rate"):
-            us, goal = us / QUANTILE_RATES, None if goal is None else goal / QUANTILE_RATES
-        verdict = "" if goal is None else ("met" if us <= goal else "MISSED")
-        goal_text = "-" if goal is None else f"{goal:,.0f} us"
-        print(f"{name:50s} {us:10,.1f} us {goal_text:>10s}  {verdict}")
-        rows.append({"case": name, "median_us": us, "goal_us": goal, "met": verdict == "met"})
+    variants = (("refined", "DEFAULT_MODEL"), ("paper", "PAPER_MODEL"))
+    for batch in BATCH_SIZES:
+        for variant, attr in variants:
+            new = cases(today, batch, getattr(today, attr))
+            old = cases(baseline, batch, getattr(baseline, attr))
+            for name, fn in new.items():
+                if batch == 4096 and name.startswith(("refit", "percentile")) and args.quick:
+                    continue
+                old_us, new_us = median_us(old[name], min_time_s), median_us(fn, min_time_s)
+                goal_us, goal_ratio = TARGET_US.get((name, batch)), TARGET_RATIO.get((name, batch))
+                met = (goal_us is None or new_us <= goal_us) and (
+                    goal_ratio is None or old_us / new_us >= goal_ratio
+                )
+                goal = " ".join(
+                    ([f"<= {goal_us:g} us"] if goal_us else [])
+                    + ([f">= {goal_ratio:g}x"] if goal_ratio else [])
+                )
+                verdict = "" if not goal else ("met" if met else "MISSED")
+                print(
+                    f"{name:44s} {batch:5d} {variant:8s} {old_us:9,.1f}us {new_us:9,.1f}us "
+                    f"{old_us / new_us:6.1f}x  {goal} {verdict}",
+                    flush=True,
+                )
+                rows.append({
+                    "case": name, "max_num_seqs": batch, "variant": variant,
+                    "baseline_us": old_us, "today_us": new_us, "ratio": old_us / new_us,
+                    "target_us": goal_us, "target_ratio": goal_ratio,
+                    "met": met if goal else None,
+                })  # fmt: skip
+    cpu_s, load_end = time.process_time() - cpu_start, os.getloadavg()[0]
+    print(f"process CPU time {cpu_s:.1f} s; load average (1 min) at end: {load_end:.1f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {
         "benchmark": "model_speed",
         "python": platform.python_version(),
         "numpy": np.__version__,
         "machine": platform.machine(),
-        "load_average_1min": load_1min,
+        "cores": os.cpu_count(),
+        "load_average_1min": {"start": load_start, "end": load_end},
+        "process_cpu_s": cpu_s,
+        "repeats": REPEATS,
         "results": rows,
     }
     (RESULTS / "model_speed.json").write_text(json.dumps(out, indent=2) + "\n")

@@ -42,10 +42,10 @@ from pathlib import Path
 import numpy as np
 
 from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
-from exporter.emulation.emulator_metrics import token_buckets
+from exporter.emulation.emulator_metrics import length_histogram
 from exporter.reading.arrival_sampler import SAMPLE_PERIOD_S, index_of_dispersion
 from model import PAPER_MODEL, Workload, analyze, max_rate_for_slo
-from model.calibration.histogram import WindowHistogram, length_cv
+from model.calibration.histogram import length_cv
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 from model.simulation.modulation import modulated_profile
@@ -152,11 +152,7 @@ def options_for(input_cv: float, output_cv: float, arrival_cv: float, hit: float
 def histogram_cv(tokens: np.ndarray) -> float:
     """The length CV the collector reads from vLLM's token histogram (1-2-5 buckets as the
     emulator exposes them, exact sum and count) of these requests."""
-    bounds = np.asarray(token_buckets(DEFAULT_MAX_MODEL_LEN))
-    counts = np.bincount(np.searchsorted(bounds, tokens, side="left"), minlength=bounds.size + 1)
-    hist = WindowHistogram(bounds=bounds, counts=counts, sum=float(tokens.sum()),
-                           count=float(tokens.size))
-    cv = length_cv(hist)
+    cv = length_cv(length_histogram(tokens, DEFAULT_MAX_MODEL_LEN))
     return math.nan if cv is None else cv
 
 

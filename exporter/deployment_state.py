@@ -112,6 +112,8 @@ def tuner_observation(
         input_length_cv=cvs.get("input_length_cv"),
         output_length_cv=cvs.get("output_length_cv"),
         arrival_cv=cvs.get("arrival_cv"),
+        # The window's own share, not the smoothed one: the point's TTFT was made by it.
+        prefix_hit_ratio=obs.cached_prompt_ratio if "prefix_hit_ratio" in cvs else None,
     )
 
 

@@ -2,9 +2,10 @@
 
 Each window gives, when enough requests finished, the prompt- and output-length CVs of its
 token histograms (model.calibration.histogram.length_cv), the share of prompt tokens the prefix
-cache served, and the pods' KV capacity; in sidecar mode the 1 s sampler adds the arrival CV
-(exporter.reading.arrival_sampler). What the model uses is smoothed over the last
-SMOOTHING_WINDOWS windows, each weighted by its requests (CVs as the mean of their squares), so
+cache served (the model's prefill runs on the rest: tuner points carry their window's share,
+sizing uses the smoothed one), and the pods' KV capacity; in sidecar mode the 1 s sampler
+adds the arrival CV (exporter.reading.arrival_sampler). What the model uses is smoothed over the
+last SMOOTHING_WINDOWS windows, each weighted by its requests (CVs as the mean of their squares), so
 that on steady traffic the published capacity barely moves between cycles. A CV the config sets
 (`deployments[].model.*_cv`) is pinned: still measured and exported, never used.
 """
@@ -21,7 +22,7 @@ from exporter.reading.observations import DeploymentObservation
 from exporter.reading.vllm_metrics import HistogramName
 from model import ModelOptions, ServerConfig, Workload
 from model.calibration.histogram import length_cv
-from model.calibration.observation import with_workload_cvs
+from model.calibration.observation import model_hit_ratio, with_workload_cvs
 from model.queueing.kv_limit import kv_batch_limit
 
 SMOOTHING_WINDOWS = 10
@@ -55,11 +56,14 @@ class TrafficShape:
         return self.input_length_cv if kind is LengthCvKind.PROMPT else self.output_length_cv
 
     def measured_cvs(self) -> dict[str, float]:
-        """The measured CVs by ModelOptions field name (those measured only)."""
+        """The measured CVs and prefix-hit ratio by ModelOptions field name (those measured
+        only)."""
+        hit = self.cached_prompt_ratio
         values = {
             "input_length_cv": self.input_length_cv,
             "output_length_cv": self.output_length_cv,
             "arrival_cv": self.arrival_cv,
+            "prefix_hit_ratio": None if hit is None else model_hit_ratio(hit),
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -129,7 +133,8 @@ class ModelInputs:
 
 
 def used_cvs(dep: DeploymentConfig, shape: TrafficShape) -> dict[str, float]:
-    """The measured CVs the model uses: those the config does not pin."""
+    """The measured CVs (and prefix-hit ratio) the model uses: those the config does not
+    pin."""
     return {k: v for k, v in shape.measured_cvs().items() if k not in dep.pinned_inputs}
 
 

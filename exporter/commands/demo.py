@@ -47,6 +47,9 @@ SLO_ITL_MS = 25.0
 SLO = SloConfig(ttft_ms=SLO_TTFT_MS, itl_ms=SLO_ITL_MS)
 CYCLE_S = 30.0  # simulated seconds, as the paper's windows
 STARTUP_DELAY_S = 90.0  # simulated seconds until a new replica serves
+# The length laws the demo offers; the CV applies to lognormal only (uniform has its own).
+DEMO_LENGTHS = (LengthKind.UNIFORM, LengthKind.LOGNORMAL)
+DEMO_LOGNORMAL_CV = 1.0
 PROFILE_MINUTES = sum(minutes for minutes, _, _ in PAPER_PROFILE_SEGMENTS)
 
 
@@ -95,6 +98,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "look_ahead_s; one startup delay, so new replicas are ready when the load arrives; 0: "
         "size for the current load)",
     )
+    demo.add_argument(
+        "--lengths",
+        choices=[k.value for k in DEMO_LENGTHS],
+        default=LengthKind.UNIFORM.value,
+        help="law of the prompt and output lengths (means 1024 / 512): uniform on [x/2, 3x/2], "
+        f"or lognormal with CV {DEMO_LOGNORMAL_CV:g} as public chat traces have (the sizer "
+        "measures the spread from vLLM's length histograms)",
+    )
     demo.add_argument("--seed", type=int_flag(0), default=1, help="random seed of the workload")
     demo.add_argument("--out", type=Path, default=Path("run"), help="directory of demo.png")
     demo.add_argument(
@@ -119,8 +130,8 @@ def run_demo(args: argparse.Namespace) -> int:
         server,
         rng=rng,
         arrivals=profile,
-        input_lengths=LengthDist(LengthKind.UNIFORM, 1024),
-        output_lengths=LengthDist(LengthKind.UNIFORM, 512),
+        input_lengths=LengthDist(LengthKind(args.lengths), 1024, DEMO_LOGNORMAL_CV),
+        output_lengths=LengthDist(LengthKind(args.lengths), 512, DEMO_LOGNORMAL_CV),
         model_name=NAME,
         replicas=1,
         time_scale=args.time_scale,
@@ -168,7 +179,8 @@ def run_demo(args: argparse.Namespace) -> int:
         print(
             f"vllm-sizer demo: {duration_s / 60:.0f} simulated minutes at {args.time_scale:g}x, "
             f"SLO TTFT {SLO.ttft_ms:g} ms / ITL {SLO.itl_ms:g} ms, true parameters "
-            f"{params_text(TRUE_PARAMS)}; look-ahead {args.look_ahead_s:g} s"
+            f"{params_text(TRUE_PARAMS)}; look-ahead {args.look_ahead_s:g} s; {args.lengths} "
+            f"lengths{f' CV {DEMO_LOGNORMAL_CV:g}' if args.lengths == LengthKind.LOGNORMAL else ''}"
         )
         print(
             f"daemon metrics: http://127.0.0.1:{http.port}/metrics  what-if: "

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 from prometheus_client.metrics_core import Metric
 
+from model.calibration.histogram import WindowHistogram
 from model.simulation.replica import IterationRecord
 from model.simulation.request_table import RequestTable
 
@@ -51,6 +52,17 @@ def token_buckets(max_model_len: int) -> tuple[float, ...]:
                 return tuple(out)
             out.append(float(m * scale))
         scale *= 10
+
+
+def length_histogram(tokens: NDArray[np.int64], max_model_len: int) -> WindowHistogram:
+    """The token-length histogram these requests leave in vLLM's exposition (`token_buckets`,
+    a bound counts values <= it, exact sum and count): what a collector reads for one window."""
+    bounds = np.asarray(token_buckets(max_model_len))
+    buckets = np.searchsorted(bounds, tokens, side="left")
+    counts = np.bincount(buckets, minlength=bounds.size + 1).astype(np.float64)
+    return WindowHistogram(
+        bounds=bounds, counts=counts, sum=float(np.sum(tokens)), count=float(np.size(tokens))
+    )
 
 
 class FinishedReason(StrEnum):

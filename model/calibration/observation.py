@@ -26,6 +26,11 @@ DEFAULT_WEIGHT = 1.0
 MIN_GRID_CV = 0.05
 # Workload inputs of the refined variant an observation may carry (model/queueing/variant.py).
 WORKLOAD_CV_FIELDS = ("input_length_cv", "output_length_cv", "arrival_cv")
+# Hit ratios on a grid are rounded to this step: points within it share one model evaluation.
+HIT_RATIO_GRID_STEP = 0.02
+# The model takes a hit ratio below 1 (some prefill always runs: vLLM recomputes at least the
+# last prompt token); a window read as all hits is evaluated at this.
+MAX_HIT_RATIO = 0.99
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,7 +45,9 @@ class Observation:
     concurrency-one benchmark run, which the refined model variant evaluates without the chain
     (model/queueing/refined.py). `input_length_cv`, `output_length_cv` and `arrival_cv` are the
     workload's measured coefficients of variation in this window; the refined variant evaluates
-    the point with them in place of its options' (None: the options' value applies).
+    the point with them in place of its options' (None: the options' value applies), and
+    `prefix_hit_ratio` the share of its prompt tokens the prefix cache served, so that the fit
+    does not take the skipped prefill for a faster engine (beta fitted on the hits).
     """
 
     rate_rps: float
@@ -56,6 +63,7 @@ class Observation:
     input_length_cv: float | None = None
     output_length_cv: float | None = None
     arrival_cv: float | None = None
+    prefix_hit_ratio: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("rate_rps", "avg_input_tokens", "ttft_ms", "itl_ms", "weight"):
@@ -81,16 +89,27 @@ class Observation:
         for name in WORKLOAD_CV_FIELDS:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, require_non_negative(name, getattr(self, name)))
+        if self.prefix_hit_ratio is not None:
+            hit = require_non_negative("prefix_hit_ratio", self.prefix_hit_ratio)
+            if hit > 1:
+                raise ValueError(f"`prefix_hit_ratio` must be in [0, 1], got {hit}")
+            object.__setattr__(self, "prefix_hit_ratio", model_hit_ratio(hit))
 
     def model_options(self, options: ModelOptions, *, grid: float | None = None) -> ModelOptions:
-        """`options` with this window's measured CVs in place of its own (refined variant);
-        with `grid` > 1, each CV rounded to the nearest power of `grid` (below
-        MIN_GRID_CV: 0), so that points with nearly equal CVs share one model evaluation."""
+        """`options` with this window's measured CVs and hit ratio in place of its own (refined
+        variant); with `grid` > 1, each CV rounded to the nearest power of `grid` (below
+        MIN_GRID_CV: 0) and the hit ratio to HIT_RATIO_GRID_STEP, so that points with nearly
+        equal inputs share one model evaluation."""
         measured = {
             name: _on_grid(value, grid)
             for name in WORKLOAD_CV_FIELDS
             if (value := getattr(self, name)) is not None
         }
+        if self.prefix_hit_ratio is not None:
+            hit = self.prefix_hit_ratio
+            if grid is not None:
+                hit = min(round(hit / HIT_RATIO_GRID_STEP) * HIT_RATIO_GRID_STEP, MAX_HIT_RATIO)
+            measured["prefix_hit_ratio"] = hit
         return with_workload_cvs(options, measured)
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,9 +140,14 @@ def _on_grid(cv: float, grid: float | None) -> float:
     return float(grid ** round(math.log(cv) / math.log(grid)))
 
 
+def model_hit_ratio(ratio: float) -> float:
+    """A measured share of prompt tokens cached as the model takes it: below 1."""
+    return min(ratio, MAX_HIT_RATIO)
+
+
 def with_workload_cvs(options: ModelOptions, cvs: Mapping[str, float]) -> ModelOptions:
-    """`options` with the workload CVs given by field name (WORKLOAD_CV_FIELDS); the paper
-    variant takes none."""
+    """`options` with the workload CVs and prefix-hit ratio given by field name
+    (WORKLOAD_CV_FIELDS, prefix_hit_ratio); the paper variant takes none."""
     if not cvs or not options.refined:
         return options
     return replace(
@@ -131,4 +155,5 @@ def with_workload_cvs(options: ModelOptions, cvs: Mapping[str, float]) -> ModelO
         input_length_cv=cvs.get("input_length_cv", options.input_length_cv),
         output_length_cv=cvs.get("output_length_cv", options.output_length_cv),
         arrival_cv=cvs.get("arrival_cv", options.arrival_cv),
+        prefix_hit_ratio=cvs.get("prefix_hit_ratio", options.prefix_hit_ratio),
     )

@@ -31,7 +31,17 @@ from model.queueing.work import work_extras
 FloatArray = NDArray[np.float64]
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 
-RATE_BLOCK = 32  # rates solved together; see solve_chain
+RATE_BLOCK = 32  # rates solved together at most; see solve_chain
+# Work arrays of at most this many elements (rates x states): larger temporaries fall out of
+# cache and page-fault on reuse (2-4x slower at B = 4096).
+BLOCK_ELEMENTS = 1 << 16
+# exp of an argument below about -708 takes libm's slow subnormal path (10-120 ns instead of
+# 0.6 ns an element). Raising log-weights below -700 to -700 adds at most (B+1) B e^-700 < 1e-296
+# to the sums: nothing next to the head sum (it holds a 1), nor next to the occupancy sum
+# when p_1 / p_max >= e^-600 (it is then >= 1e-261). Rows with a smaller p_1 (a rate of about 0)
+# are left exact.
+LOG_WEIGHT_FLOOR = -700.0
+CLIP_SAFE_LOG_P1 = -600.0
 TINY_RATE = 1e-300  # req/ms; stands in for 0 in log space
 
 
@@ -188,16 +198,22 @@ def solve_chain(table: StateTable, rate_per_ms: FloatArray) -> ChainSolution:
     """Solve the birth-death chain at every rate (req/ms, 1-D; one per table row unless the
     table has a single row) in log space. Spec §5."""
     lam = np.asarray(rate_per_ms, dtype=np.float64).reshape(-1)
-    if lam.size <= RATE_BLOCK:
+    block = rate_block(table.max_batch_size)
+    if lam.size <= block:
         return _solve_block(table, lam, slice(None))
     # Row blocks keep the (rates x states) work arrays in cache: several times faster for
     # long curves than one large array.
     parts = [
-        _solve_block(table, lam[k : k + RATE_BLOCK], slice(k, k + RATE_BLOCK))
-        for k in range(0, lam.size, RATE_BLOCK)
+        _solve_block(table, lam[k : k + block], slice(k, k + block))
+        for k in range(0, lam.size, block)
     ]
     names = [f.name for f in fields(ChainSolution)]
     return ChainSolution(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in names})
+
+
+def rate_block(max_batch_size: int) -> int:
+    """Rates solved together: at most RATE_BLOCK, and at most BLOCK_ELEMENTS work elements."""
+    return max(1, min(RATE_BLOCK, BLOCK_ELEMENTS // (max_batch_size + 1)))
 
 
 def log_state_weights(
@@ -212,7 +228,8 @@ def log_state_weights(
     # A zero rate becomes a tiny positive one: every p_i (i > 0) underflows to exactly 0.
     log_lam = np.log(np.maximum(lam, TINY_RATE))
     # log p_i - log p_0 = i log(lambda) - sum_{j<=i} log mu_j for i = 0..B.
-    log_p = states * log_lam - cum_log_mu
+    log_p = np.multiply(states, log_lam)
+    np.subtract(log_p, cum_log_mu, out=log_p)
     log_r = (log_lam - log_mu_b)[:, 0]  # log(lambda / mu_B): the ratio beyond B
     return log_p, log_r
 
@@ -232,22 +249,36 @@ def _solve_infinite(
 ) -> ChainSolution:
     stable = log_r < 0.0
     r = np.where(stable, np.exp(log_r), 0.0)
-    head = np.exp(log_p - log_p.max(axis=1, keepdims=True))
+    head = _unit_weights(log_p)  # log_p is this call's own work array
     # Tail i > B is geometric: mass p_B r/(1-r), queue length p_B r/(1-r)^2.
     tail_per_p_b = r / (1.0 - r)
     head /= (head.sum(axis=1) + head[:, -1] * tail_per_p_b)[:, np.newaxis]
     tail_mass = head[:, -1] * tail_per_p_b
     queue = tail_mass / (1.0 - r)
-    occupancy = (head * states).sum(axis=1) + big_b * tail_mass
+    p_empty = head[:, 0].copy()
+    occupancy = np.multiply(head, states, out=head).sum(axis=1) + big_b * tail_mass
     return ChainSolution(
         stable=stable,
         num_in_system=np.where(stable, occupancy + queue, np.nan),
         batch_occupancy=np.where(stable, occupancy, float(big_b)),
         queue_length=np.where(stable, queue, np.nan),
-        p_empty=np.where(stable, head[:, 0], 0.0),
+        p_empty=np.where(stable, p_empty, 0.0),
         p_wait=np.where(stable, tail_mass, 1.0),
         p_block=np.zeros_like(r),
     )
+
+
+def _unit_weights(log_p: FloatArray) -> FloatArray:
+    """exp(log_p - row max), in place, with the interior log-weights floored at
+    LOG_WEIGHT_FLOOR where that is exact; the end columns (p_0 and p_B, reported on their own)
+    stay exact."""
+    np.subtract(log_p, log_p.max(axis=1, keepdims=True), out=log_p)
+    ends = np.exp(log_p[:, [0, -1]])
+    floor = np.where(log_p[:, 1:2] >= CLIP_SAFE_LOG_P1, LOG_WEIGHT_FLOOR, -np.inf)
+    np.maximum(log_p, floor, out=log_p)
+    np.exp(log_p, out=log_p)
+    log_p[:, [0, -1]] = ends
+    return log_p
 
 
 def _solve_finite(

@@ -27,7 +27,8 @@ from model.queueing.percentiles import (
     FirstToken,
     LatencyMetric,
     metric_values,
-    sorted_latencies,
+    share_within,
+    sort_values,
 )
 from model.queueing.validation import require_positive
 
@@ -96,15 +97,7 @@ class _Probe:
         s = setting(self.params, self.server, self.workload, self.table, rates_rps)
         metrics = tuple(dict.fromkeys(t.metric for t in self.targets))
         found = metric_values(s, metrics, self.first_token)
-        shares = []
-        for t in self.targets:
-            values, weights = found[t.metric]
-            within = values <= t.target_ms
-            if weights is None:
-                shares.append(within.sum(axis=1) / values.shape[1])
-            else:
-                shares.append((weights * within).sum(axis=1) / weights.sum(axis=1))
-        return np.stack(shares, axis=1)
+        return np.stack([share_within(*found[t.metric], t.target_ms) for t in self.targets], axis=1)
 
     def met(self, attainment: FloatArray) -> NDArray[np.bool_]:
         """Per rate: every target attained."""
@@ -139,11 +132,12 @@ def target_percentiles(
     """Each target's percentile (ms; +inf where the rate is unstable) and attainment at one
     rate (req/s), from one evaluation of the sample points."""
     s = setting(params, server, workload, table, np.array([rate_rps]))
-    found = sorted_latencies(s, tuple(dict.fromkeys(t.metric for t in targets)), first_token)
+    found = metric_values(s, tuple(dict.fromkeys(t.metric for t in targets)), first_token)
+    ordered = sort_values(found)
     return tuple(
         (
-            float(found.quantile(t.metric, np.array([t.quantile]))[0, 0]),
-            float(found.attainment(t.metric, t.target_ms)[0]),
+            float(ordered.quantile(t.metric, np.array([t.quantile]))[0, 0]),
+            float(share_within(*found[t.metric], t.target_ms)[0]),
         )
         for t in targets
     )

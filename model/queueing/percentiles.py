@@ -36,7 +36,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.queueing.chain import RATE_BLOCK, workload_table
+from model.queueing.chain import rate_block, workload_table
 from model.queueing.latency_samples import (
     Setting,
     itl_request_samples,
@@ -89,8 +89,7 @@ class LatencyQuantiles:
 @dataclass(frozen=True, slots=True)
 class SortedLatencies:
     """Each metric's values sorted per rate with their cumulative shares (last = 1): two
-    arrays of shape (rates, values). Quantiles and attainment are the two inverses of one step
-    function, so attainment(t) >= q exactly when quantile(q) <= t."""
+    arrays of shape (rates, values), for quantiles and means (attainment: `share_within`)."""
 
     values: dict[LatencyMetric, tuple[FloatArray, FloatArray]]
 
@@ -115,13 +114,18 @@ class SortedLatencies:
             out: FloatArray = np.where(np.isinf(v).any(axis=1), np.inf, (v * share).sum(axis=1))
         return out
 
-    def attainment(self, metric: LatencyMetric, target_ms: float) -> FloatArray:
-        """Share of requests (or tokens) within target_ms, per rate."""
-        v, cum = self.values[metric]
-        below = (v <= target_ms).sum(axis=1)
-        rows = np.arange(v.shape[0])
-        out: FloatArray = np.where(below > 0, cum[rows, np.maximum(below - 1, 0)], 0.0)
-        return out
+
+
+def share_within(values: FloatArray, weights: FloatArray | None, target_ms: float) -> FloatArray:
+    """Share of the values (requests, or tokens when weighted) within target_ms, per rate
+    (row); the values need not be sorted. The one attainment of the model: sizing probes it
+    at many rates, the exporter at the sizing rate."""
+    within = values <= target_ms
+    if weights is None:
+        out: FloatArray = within.sum(axis=1) / values.shape[1]
+    else:
+        out = (weights * within).sum(axis=1) / weights.sum(axis=1)
+    return out
 
 
 def _sorted(values: FloatArray, weights: FloatArray | None) -> tuple[FloatArray, FloatArray]:
@@ -156,7 +160,13 @@ def sorted_latencies(
     s: Setting, metrics: tuple[LatencyMetric, ...], first_token: FirstToken
 ) -> SortedLatencies:
     """The chosen metrics at the sample points, sorted per rate."""
-    found = metric_values(s, metrics, first_token)
+    return sort_values(metric_values(s, metrics, first_token))
+
+
+def sort_values(
+    found: dict[LatencyMetric, tuple[FloatArray, FloatArray | None]],
+) -> SortedLatencies:
+    """`metric_values` sorted per rate."""
     return SortedLatencies({k: _sorted(*v) for k, v in found.items()})
 
 
@@ -195,8 +205,9 @@ def latency_quantiles(
     parts: dict[LatencyMetric, list[FloatArray]] = {metric: [] for metric in LatencyMetric}
     means: dict[LatencyMetric, list[FloatArray]] = {metric: [] for metric in LatencyMetric}
     # Blocks of rates keep the (rates x points) work arrays in cache.
-    for start in range(0, flat.size, RATE_BLOCK):
-        s = setting(params, server, workload, table, flat[start : start + RATE_BLOCK])
+    block = rate_block(server.max_batch_size)
+    for start in range(0, flat.size, block):
+        s = setting(params, server, workload, table, flat[start : start + block])
         found = sorted_latencies(s, tuple(LatencyMetric), first)
         for metric in LatencyMetric:
             parts[metric].append(found.quantile(metric, q))

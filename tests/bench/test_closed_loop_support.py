@@ -15,6 +15,7 @@ import pytest
 from bench.closed_loop_support import observe_window
 from exporter.reading.observations import ObservationStatus
 from exporter.reading.pod_observation import Problem
+from exporter.reading.vllm_metrics import HistogramName
 from model.queueing.params import ServerConfig, ServiceParams
 from model.simulation.simulator import Simulator
 from model.simulation.workloads import RequestTrace
@@ -69,6 +70,11 @@ def test_first_window_counts_rates_latencies_gauges_and_the_new_pod() -> None:
     assert not obs.queue_growing and obs.backlog_change == 0.0
     assert view.generated_tokens_rps == pytest.approx(5.0)  # 1 + 2 + 2 tokens
     assert view.kv_usage_ratio == 0.0 and view.waiting_requests == 0
+    # The length histograms hold the two completed requests (10/3 and 10/2 tokens).
+    prompt = obs.windows[HistogramName.PROMPT_LEN]
+    output = obs.windows[HistogramName.GENERATION_LEN]
+    assert (prompt.count, prompt.sum, output.count, output.sum) == (2.0, 20.0, 2.0, 5.0)
+    assert prompt.counts[list(prompt.bounds).index(10.0)] == 2.0  # a bound counts values <= it
 
 
 def test_window_without_completions_has_no_latency_and_a_backlog_of_two_is_not_growing() -> None:

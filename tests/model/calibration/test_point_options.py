@@ -65,3 +65,38 @@ def test_the_fit_evaluates_each_point_with_its_own_cvs() -> None:
     assert result.success
     for got, want in zip(result.params.as_tuple(), LLAMA.as_tuple(), strict=True):
         assert got == pytest.approx(want, rel=0.02)
+
+
+def test_hit_ratio_is_carried_validated_and_rounded_on_the_grid() -> None:
+    obs = Observation(**{**point(1024, 256, 0.5, 0.0, 0.0).to_dict(), "prefix_hit_ratio": 0.507})
+    assert Observation.from_dict(obs.to_dict()) == obs
+    assert obs.model_options(ModelOptions()).prefix_hit_ratio == 0.507
+    assert obs.model_options(ModelOptions(), grid=FIT_CV_GRID).prefix_hit_ratio == pytest.approx(
+        0.5
+    )
+    assert obs.model_options(PAPER_MODEL) is PAPER_MODEL
+    # A window read as all hits is evaluated just below (the model takes a ratio below 1).
+    assert Observation(**{**obs.to_dict(), "prefix_hit_ratio": 1.0}).prefix_hit_ratio == 0.99
+    with pytest.raises(ValueError, match=r"`prefix_hit_ratio` must be in \[0, 1\], got 1.5"):
+        Observation(**{**obs.to_dict(), "prefix_hit_ratio": 1.5})
+
+
+def test_points_with_half_their_prompt_tokens_cached_fit_the_true_prefill_cost() -> None:
+    """Half the prefill is skipped: a fit that ignores it takes the engine for a faster one
+    (beta about halved), which over-states the capacity of uncached traffic."""
+    hits = ModelOptions(prefix_hit_ratio=0.5)
+    shapes = [(1024, 256), (512, 512), (2048, 128), (256, 1024), (1024, 1024)]
+    obs = []
+    for (n, m), load in zip(shapes * 2, np.linspace(0.2, 0.8, 10), strict=True):
+        rate = load * max_rate(LLAMA, SERVER, Workload(n, m), options=hits)
+        a = analyze_points(LLAMA, SERVER, [n], [m], [rate], options=hits)
+        obs.append(Observation(rate_rps=rate, avg_input_tokens=n, avg_output_tokens=m,
+                               ttft_ms=float(a.ttft_ms[0]), itl_ms=float(a.itl_ms[0]),
+                               prefix_hit_ratio=0.5))  # fmt: skip
+    start = ServiceParams(5.0, 0.03, 8e-5)
+    result = fit(obs, SERVER, start)
+    assert result.success
+    for got, want in zip(result.params.as_tuple(), LLAMA.as_tuple(), strict=True):
+        assert got == pytest.approx(want, rel=0.02)
+    blind = [Observation(**{**o.to_dict(), "prefix_hit_ratio": None}) for o in obs]
+    assert fit(blind, SERVER, start).params.beta_ms < 0.8 * LLAMA.beta_ms

@@ -176,3 +176,26 @@ def test_bad_targets_are_refused(kwargs, word) -> None:
 def test_percentiles_must_be_targets() -> None:
     with pytest.raises(ValueError, match="percentiles"):
         max_rate_for_slo(LLAMA, SERVER, SHAPE, percentiles=[("ttft", 0.95, 50.0)])  # type: ignore[list-item]
+
+
+def test_exported_attainment_is_the_sizing_attainment() -> None:
+    """The attainment the exporter reports at a rate is the one sizing compared with the
+    percentile: one computation, bit for bit, for each kind of target."""
+    from model.queueing.chain import state_table
+    from model.queueing.percentile_sizing import attainment_at, target_percentiles
+
+    targets = [
+        PercentileTarget(LatencyMetric.TTFT, 0.95, 80.0),
+        PercentileTarget(LatencyMetric.ITL_PER_TOKEN, 0.99, 30.0),
+        PercentileTarget(LatencyMetric.ITL_PER_REQUEST, 0.9, 20.0),
+    ]
+    table = state_table(LLAMA, SERVER, np.array([1024.0]), np.array([512.0]))
+    seen: list[float] = []
+    for rate in (2.0, 8.0, 12.0):
+        sizing = attainment_at(LLAMA, SERVER, SHAPE, table, targets,
+                               FirstToken.WITH_LAST_CHUNK, rate)
+        exported = target_percentiles(LLAMA, SERVER, SHAPE, table, targets,
+                                      FirstToken.WITH_LAST_CHUNK, rate)
+        assert [a for _, a in exported] == list(sizing)
+        seen.extend(sizing)
+    assert any(0.0 < a < 1.0 for a in seen)  # partial shares compared, not only 0 and 1

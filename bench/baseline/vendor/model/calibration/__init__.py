@@ -1,0 +1,1 @@
+"""Online calibration: window observations, residuals, the least-squares fit and the tuner."""

@@ -1,0 +1,129 @@
+"""What a tuner remembers besides its window: per parameter the last value the data identified
+(the prior's first choice of centre), which parameters the published estimate took from data,
+and the counts the confidence reads (updates held, updates since a detected change)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bench.baseline.vendor.model.calibration.prior import LOG_SIGMAS, CentreSource, Prior
+from bench.baseline.vendor.model.calibration.trust import confidence, robust_bias, window_error
+from bench.baseline.vendor.model.queueing.params import ServiceParams
+from bench.baseline.vendor.model.queueing.validation import require_int_at_least, require_positive
+
+# Between two windows of steady traffic the parameters move by about this much (one standard
+# deviation of log(theta)): the prior that keeps the published capacity from flapping.
+STEADY_LOG_SIGMA = 0.1
+
+
+@dataclass(slots=True)
+class CalibrationMemory:
+    """Mutable per-tuner memory (see the module docstring)."""
+
+    anchor: list[float | None] = field(default_factory=lambda: [None, None, None])
+    identified: tuple[bool, bool, bool] = (False, False, False)
+    held: int = 0
+    since_change: int | None = None
+
+    def prior(
+        self,
+        base: Prior,
+        seed: ServiceParams | None,
+        bounds: tuple[ServiceParams, ServiceParams],
+        steady: ServiceParams | None = None,
+    ) -> Prior:
+        """Per parameter: centred on the anchor, else the seed, else `base` (the chain). With
+        a `steady` estimate (fitted, no change being recovered from), a narrow Gaussian
+        (STEADY_LOG_SIGMA) around it joins, so steady windows move the estimate smoothly: it
+        replaces the chain for a parameter the estimate identified, and multiplies it for one
+        the estimate did not (the chain's weak pull keeps that one from wandering off). The
+        centre is clipped into the bounds so a prior never pulls outside them."""
+        centre = np.log(np.array(base.centre.as_tuple()))
+        precision = 1.0 / np.array(base.log_sigma) ** 2
+        seeded = None if seed is None else seed.as_tuple()
+        for k in range(3):
+            anchor = self.anchor[k]
+            if anchor is not None:
+                centre[k], precision[k] = math.log(anchor), LOG_SIGMAS[CentreSource.ESTIMATE] ** -2
+            elif seeded is not None:
+                centre[k], precision[k] = math.log(seeded[k]), LOG_SIGMAS[CentreSource.SEED] ** -2
+            if steady is not None:
+                narrow = STEADY_LOG_SIGMA**-2
+                here = math.log(steady.as_tuple()[k])
+                if self.identified[k]:
+                    centre[k], precision[k] = here, narrow
+                else:
+                    total = precision[k] + narrow
+                    centre[k] = (precision[k] * centre[k] + narrow * here) / total
+                    precision[k] = total
+        low, high = (np.log(np.array(b.as_tuple())) for b in bounds)
+        inside = np.exp(np.clip(centre, low, high))
+        sigma = precision**-0.5
+        return Prior(
+            ServiceParams(*(float(v) for v in inside)),
+            (float(sigma[0]), float(sigma[1]), float(sigma[2])),
+        )
+
+    def accept(self, params: ServiceParams, identified: tuple[bool, bool, bool]) -> None:
+        """A fit became the estimate: its identified values become anchors."""
+        self.identified = identified
+        for k, (value, known) in enumerate(zip(params.as_tuple(), identified, strict=True)):
+            if known:
+                self.anchor[k] = value
+        self.held = 0
+
+    def confidence(
+        self, has_estimate: bool, errors: NDArray[np.float64] | None, settle: int
+    ) -> float:
+        """Calibration confidence 0-1 of an estimate with these window errors."""
+        bias = None if errors is None else robust_bias(errors)
+        return confidence(
+            has_estimate=has_estimate,
+            identified=sum(self.identified),
+            error=float("inf") if errors is None or bias is None else window_error(errors, bias),
+            held_updates=self.held,
+            since_change=self.since_change,
+            settle=settle,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "anchor": list(self.anchor),
+            "identified": list(self.identified),
+            "held": self.held,
+            "since_change": self.since_change,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], params: ServiceParams | None) -> CalibrationMemory:
+        """Inverse of to_dict on a tuner state. A state saved before the memory existed has
+        none: its estimate `params` becomes the prior's centre (every parameter anchored), and
+        counts as identified unless its fit was partial."""
+        if "anchor" not in data:
+            memory = cls()
+            if params is not None:
+                memory.anchor = list(params.as_tuple())
+                memory.identified = (not bool(data.get("partial", True)),) * 3
+            return memory
+        anchor = data["anchor"]
+        if not isinstance(anchor, list) or len(anchor) != 3:
+            raise ValueError(f"`anchor` must be a list of 3 numbers or nulls, got {anchor!r}")
+        flags = [bool(v) for v in data["identified"]]
+        if len(flags) != 3:
+            raise ValueError(f"`identified` must be 3 flags, got {data['identified']!r}")
+        since = data["since_change"]
+        return cls(
+            anchor=[
+                None if v is None else require_positive(f"anchor[{k}]", v)
+                for k, v in enumerate(anchor)
+            ],
+            identified=(flags[0], flags[1], flags[2]),
+            held=require_int_at_least("held", data["held"], 0),
+            since_change=None if since is None else require_int_at_least("since_change", since, 0),
+        )

@@ -1,0 +1,125 @@
+"""How far a tuner's estimate can be trusted: change detection, the robust window figures and
+the calibration confidence (0-1) exported as `vllm_sizer_calibration_confidence`.
+
+Change: the estimate's relative errors on the newest CHANGE_RUN points all lie on one side of
+the older points' median error, by more than max(CHANGE_MIN_SHIFT, CHANGE_SIGMAS x the older
+points' robust spread (1.4826 x MAD)), for TTFT or for ITL, and they agree (their shifts span
+at most CHANGE_AGREEMENT of their mean: a level shift, not a ramp's growing lag). The
+deployment changed (a new engine version, another accelerator clock): the tuner then keeps
+only those newest points.
+
+Confidence C = 0 while warming (no estimate); otherwise C = I x min(E, H, D) with
+- I = (3 + k) / 6, k the number of parameters the published fit identified from data (1 with
+  all three, 0.5 for a seed or prior alone);
+- E = piecewise linear in the window error e (the larger of TTFT and ITL of the median
+  |bias-corrected relative error| of the estimate over its window): 1 at e <= 0.10, 0.5 at 0.25,
+  0 at e >= 0.50;
+- H = piecewise linear in the number h of updates the estimate has been held (no fit accepted):
+  1 at h <= 1, 0.5 at 4, 0 at h >= 7;
+- D = 0.6 right after a detected change, rising linearly to 1 once `settle` updates passed.
+So a fully identified fit with window error <= 10 % and no drift has C = 1, and warming,
+holding for more than 3 windows, or a window error above 25 % each give C <= 0.5.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bench.baseline.vendor.model.calibration.observation import Observation
+from bench.baseline.vendor.model.calibration.residuals import FitProblem
+from bench.baseline.vendor.model.queueing.params import ServerConfig, ServiceParams
+from bench.baseline.vendor.model.queueing.variant import ModelOptions
+
+FloatArray = NDArray[np.float64]
+
+CHANGE_RUN = 3  # newest points that must agree on a change
+CHANGE_BASE = 5  # older points the newest are compared with, at least
+CHANGE_MIN_SHIFT = 0.08  # smallest relative shift called a change
+CHANGE_SIGMAS = 3.0  # ... and at least this many robust standard deviations of the older points
+CHANGE_AGREEMENT = 0.5  # the newest points' shifts span at most this share of their mean
+MAD_TO_SIGMA = 1.4826
+ERROR_ANCHORS = ((0.10, 0.25, 0.50), (1.0, 0.5, 0.0))
+HOLD_ANCHORS = ((1.0, 4.0, 7.0), (1.0, 0.5, 0.0))
+CHANGE_FLOOR = 0.6
+# Before the first fit: a TTFT this many times the prior centre's light-traffic TTFT is queueing.
+COLD_SATURATION_FACTOR = 10.0
+LIGHT_RATE_RPS = 1e-6
+
+
+def changed(errors: FloatArray) -> bool:
+    """Whether the newest CHANGE_RUN rows of (K, 2) relative errors [TTFT, ITL] (oldest first)
+    moved away from the older ones (module docstring); needs CHANGE_RUN + CHANGE_BASE finite
+    rows."""
+    rows = errors[np.isfinite(errors).all(axis=1)]
+    if rows.shape[0] < CHANGE_RUN + CHANGE_BASE:
+        return False
+    old, new = rows[:-CHANGE_RUN], rows[-CHANGE_RUN:]
+    centre = np.median(old, axis=0)
+    spread = MAD_TO_SIGMA * np.median(np.abs(old - centre), axis=0)
+    limit = np.maximum(CHANGE_MIN_SHIFT, CHANGE_SIGMAS * spread)
+    shift = new - centre
+    # A level shift, not a trend: the newest points agree with each other (a ramp's windows,
+    # still filling the batch, drift further off one after the other).
+    level = np.ptp(shift, axis=0) <= CHANGE_AGREEMENT * np.abs(np.mean(shift, axis=0))
+    beyond = np.all(shift > limit, axis=0) | np.all(shift < -limit, axis=0)
+    return bool(np.any(beyond & level))
+
+
+def looks_saturated(
+    observation: Observation, centre: ServiceParams, server: ServerConfig, options: ModelOptions
+) -> bool:
+    """With no fitted estimate to judge by: the TTFT (ms) is above COLD_SATURATION_FACTOR x the
+    light-traffic TTFT of `centre` at the observation's shape, a queue no steady state explains
+    (a centre off by 2-3x still leaves a wide margin)."""
+    light = Observation(
+        rate_rps=LIGHT_RATE_RPS,
+        avg_input_tokens=observation.avg_input_tokens,
+        avg_output_tokens=observation.avg_output_tokens,
+        ttft_ms=observation.ttft_ms,
+        itl_ms=observation.itl_ms,
+        max_batch_size=observation.max_batch_size,
+    )
+    ttft, _, _ = FitProblem([light], server, options).predict(centre)
+    return bool(observation.ttft_ms > COLD_SATURATION_FACTOR * ttft[0])
+
+
+def robust_bias(errors: FloatArray) -> tuple[float, float] | None:
+    """Median signed relative error (TTFT, ITL) over the finite rows; None without one."""
+    rows = errors[np.isfinite(errors).all(axis=1)]
+    if rows.shape[0] == 0:
+        return None
+    median = np.median(rows, axis=0)
+    return float(median[0]), float(median[1])
+
+
+def window_error(errors: FloatArray, bias: tuple[float, float]) -> float:
+    """The larger of TTFT and ITL of the median |relative error| left after dividing the
+    predictions by (1 + bias)."""
+    rows = errors[np.isfinite(errors).all(axis=1)]
+    if rows.shape[0] == 0:
+        return float("inf")
+    corrected = (1.0 + rows) / (1.0 + np.array(bias)) - 1.0
+    return float(np.max(np.median(np.abs(corrected), axis=0)))
+
+
+def confidence(
+    *,
+    has_estimate: bool,
+    identified: int,
+    error: float,
+    held_updates: int,
+    since_change: int | None,
+    settle: int,
+) -> float:
+    """Calibration confidence 0-1 (module docstring). `since_change` counts the updates since
+    the last detected change (None: none seen), `settle` how many it takes to recover."""
+    if not has_estimate:
+        return 0.0
+    share = (3 + identified) / 6.0
+    e = float(np.interp(error, *ERROR_ANCHORS)) if np.isfinite(error) else 0.0
+    h = float(np.interp(held_updates, *HOLD_ANCHORS))
+    d = 1.0
+    if since_change is not None and since_change < settle:
+        d = CHANGE_FLOOR + (1.0 - CHANGE_FLOOR) * since_change / settle
+    return share * min(e, h, d)

@@ -1,0 +1,1 @@
+"""The analytic queueing model: parameters, chunking, the birth-death chain, analysis and sizing."""

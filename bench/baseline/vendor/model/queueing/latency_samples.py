@@ -1,0 +1,323 @@
+"""Latencies at fixed sample points, from the chain's occupancy distribution. Percentiles §3.
+
+One assembly for both variants: the state table (paper or refined work terms) supplies alpha,
+the decode work d = W_dec / m of one request per iteration and the chain; `ModelOptions`
+supplies the arrival CV and the length CVs (used with either variant: percentiles cannot ignore
+how requests spread). Every metric is evaluated at each point of a fixed quasi-random set
+(model/queueing/sample_points.py), so a latency is a deterministic, smooth function of the rate.
+
+With x requests decoding, a decode iteration takes D(x) = alpha + x d, and a prompt of n tokens
+in c = ceil(n / (M - x)) chunks costs its own prefill work
+W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (kappa = 0 for the paper variant).
+
+TTFT of an arrival that finds i others (Poisson: the chain's pi_i; constant rate: see
+model/queueing/occupancy.py), x = min(i, B - 1) of them decoding:
+  * slot wait when i >= B: exponential with mean (1 + ca2) / 2 / (B / tau(B) - lambda) (exact for
+    Poisson arrivals and the chain's geometric tail);
+  * the iteration in progress: prompts arriving during an iteration are admitted at the next,
+    so it lasts D(x) plus the prefill work of K prompts, K ~ Poisson(lambda E[T]) with
+    E[T] = D(x) / (1 - rho), length-biased; the arrival waits U of it. A constant-rate arrival
+    at light load instead waits out the previous arrival's prefill iteration, if still running;
+  * the prompts that arrived during its elapsed part go ahead of it; the wait for work ahead is
+    the larger of that and the prefill-work queue's (model/queueing/prefill_queue.py, GI/G/1),
+    which takes over when prompts back up beyond one iteration's budget;
+  * its own prefill: c D(x) + W_pref(n, c), c at least the budget's ceil(n / (M - x)) and the
+    chain's c(x + 1) for a mean-size prompt;
+  * arrivals during the rest of the iteration in progress join its iteration while the budget
+    M - x holds them;
+  * FirstToken.AFTER_DECODE_ITERATION adds one decode iteration D(x) + d.
+Per-request ITL (a request's mean gap over its m - 1 gaps): D(X_L + 1) / (1 - s), with X_L the
+others' occupancy averaged over its lifetime (gamma, variance Var(X) h(L / S), h(y) = 1 - y/3 for
+y <= 1 and 1/y - 1/(3 y^2) beyond: the M/G/inf autocorrelation with service S-bar) and s the
+share of its lifetime taken by others' prefill work (mean rho = lambda E[W_pref], spread of the
+compound arrival count, the lifetime stretching with it; capped at an iteration filled to the
+budget); a mixture over the request's own output length. Per-token ITL: decode-only gaps D(x)
+as exact atoms weighted by the tokens they carry, and prefill-carrying gaps drawn at the sample
+points (see itl_token_samples).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import ndtri
+
+from bench.baseline.vendor.model.queueing.analyzer import analyze_table
+from bench.baseline.vendor.model.queueing.chain import StateTable
+from bench.baseline.vendor.model.queueing.occupancy import arrival_pmf, chain_pmf, inverse_cdf, time_average_pmf
+from bench.baseline.vendor.model.queueing.params import ServerConfig, ServiceParams, Workload
+from bench.baseline.vendor.model.queueing.prefill_queue import PrefillWait, prefill_work_queue, prompt_service_ms
+from bench.baseline.vendor.model.queueing.sample_points import (
+    count_quantile,
+    gamma_quantile,
+    length_quantile,
+    unit_points,
+)
+
+FloatArray = NDArray[np.float64]
+_MAX_PREFILL_SHARE = 0.999  # the decode share 1 - rho of time never falls below this complement
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting:
+    """Everything per rate the metrics share (1-D arrays over rates; ms and req/ms)."""
+
+    table: StateTable
+    params: ServiceParams
+    workload: Workload
+    budget: int  # M, tokens per iteration
+    kappa: float  # prefill attention ratio (0 for the paper variant)
+    arrival_scv: float  # ca2
+    lam: FloatArray
+    stable: NDArray[np.bool_]
+    service_ms: FloatArray  # S-bar
+    occupancy: FloatArray  # X-bar
+    seen_pmf: FloatArray  # (rates, B+1)
+    time_pmf: FloatArray
+    prefill_mean_ms: float  # E[W_pref(n, 1)] over the prompt-length law
+    prefill_var_ms2: float
+    queue: PrefillWait
+
+    @property
+    def decode_ms(self) -> float:
+        """d = W_dec / m: one request's decode work per iteration."""
+        return float(self.table.w_dec_ms[0, 0] / self.table.avg_output_tokens[0, 0])
+
+    def decode_iteration_ms(self, decoding: FloatArray) -> FloatArray:
+        """D(x) = alpha + x d."""
+        out: FloatArray = self.table.alpha_ms + decoding * self.decode_ms
+        return out
+
+
+def prefill_work_ms(
+    params: ServiceParams, kappa: float, n: FloatArray, chunks: FloatArray
+) -> FloatArray:
+    """W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (ms)."""
+    beta, gamma = params.beta_ms, params.gamma_ms
+    out: FloatArray = beta * n + gamma * n * (chunks + 1.0) / 2.0 + beta * kappa * n * n / 2.0
+    return out
+
+
+def _decoding_states(big_b: int) -> FloatArray:
+    """min(i, B - 1) for i = 0..B: others decoding beside a request that holds a slot."""
+    return np.minimum(np.arange(big_b + 1, dtype=np.float64), max(big_b - 1, 0))
+
+
+def setting(
+    params: ServiceParams,
+    server: ServerConfig,
+    workload: Workload,
+    table: StateTable,
+    rates_rps: FloatArray,
+) -> Setting:
+    """Solve the chain and the prefill-work queue at each rate (req/s, 1-D)."""
+    opts = table.options
+    at = analyze_table(table, rates_rps)
+    lam = rates_rps / 1000.0
+    service = np.asarray(at.avg_service_ms, dtype=np.float64)
+    occupancy = np.asarray(at.avg_batch_size, dtype=np.float64)
+    pmf = chain_pmf(table, lam)
+    seen = arrival_pmf(table, pmf, service, lam, opts.arrival_cv)
+    kappa = opts.attention_ratio if opts.refined else 0.0
+    budget = server.max_num_batched_tokens
+    # A prompt's work over the length law, and the prefill-work queue it feeds.
+    n = length_quantile(unit_points(1)[0], workload.avg_input_tokens, opts.input_length_cv)
+    work = prefill_work_ms(params, kappa, n, np.ones_like(n))
+    decoding = seen @ _decoding_states(table.max_batch_size)
+    d_iter = table.alpha_ms + decoding * float(table.w_dec_ms[0, 0] / table.avg_output_tokens[0, 0])
+    service_s = prompt_service_ms(work, n, d_iter[:, np.newaxis], decoding[:, np.newaxis], budget)
+    s_mean = service_s.mean(axis=1)
+    with np.errstate(invalid="ignore"):  # inf / inf at unstable rates: the queue is unstable too
+        s_scv = np.nan_to_num(service_s.var(axis=1) / np.maximum(s_mean, 1e-300) ** 2)
+    return Setting(
+        table=table,
+        params=params,
+        workload=workload,
+        budget=budget,
+        kappa=kappa,
+        arrival_scv=opts.arrival_cv**2,
+        lam=lam,
+        stable=np.asarray(at.stable, dtype=bool),
+        service_ms=service,
+        occupancy=occupancy,
+        seen_pmf=seen,
+        time_pmf=time_average_pmf(table, pmf, service, lam, occupancy, opts.arrival_cv),
+        prefill_mean_ms=float(work.mean()),
+        prefill_var_ms2=float(work.var()),
+        queue=prefill_work_queue(lam, s_mean, s_scv, opts.arrival_cv**2),
+    )
+
+
+def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
+    """TTFT (ms) at each sample point, shape (rates, points)."""
+    u_occ, u_pos, u_k, u_bias, u_ahead, u_after, u_wait, u_len, u_slot, u_kind = unit_points(10)
+    table = s.table
+    big_b = table.max_batch_size
+    n_bar = max(s.workload.avg_input_tokens, 1.0)
+    per_token = s.prefill_mean_ms / n_bar  # prefill work per prompt token (ms)
+    poisson = u_kind < min(s.arrival_scv, 1.0)
+    lam = s.lam[:, np.newaxis]
+    i = inverse_cdf(s.seen_pmf, u_occ)
+    x = _decoding_states(big_b)[i]
+    d_iter = s.decode_iteration_ms(x)
+    room = np.maximum(s.budget - x, 1.0)
+    # The iteration in progress (engine busy): D(x) plus the prompts admitted at its start,
+    # K of them, length-biased: Poisson(mu) with weight D / (D + mu P), 1 + Poisson(mu) else.
+    share = np.minimum(lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
+    mu = lam * d_iter / (1.0 - share)
+    biased = u_bias < mu * s.prefill_mean_ms / (d_iter + mu * s.prefill_mean_ms)
+    # Constant-rate arrivals: floor(mu) prompts, one more with probability frac(mu), unbiased.
+    k = np.where(poisson, count_quantile(mu, u_k, True) + biased, np.floor(mu + u_k))
+    content = np.minimum(k * n_bar, room) * per_token
+    busy = i >= 1
+    in_progress = np.where(busy, d_iter + content, 0.0)
+    # Arrivals during its elapsed part are ahead of the request, later ones may join it.
+    ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, poisson)
+    after = count_quantile(lam * u_pos * in_progress, u_after, poisson)
+    n = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
+    ahead_tokens = np.minimum(ahead * n_bar, room)
+    queued = s.queue.quantile_ms(u_wait)
+    residual = u_pos * np.where(busy, d_iter, 0.0)
+    wait = residual + np.maximum(queued, u_pos * np.where(busy, content, 0.0)
+                                 + ahead_tokens * per_token)
+    # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the previous one,
+    # which waited U' D for its own prefill iteration D + W_pref(n'): it waits out what is left
+    # of that iteration, or of a decode iteration. From mu = 1 on, the longer of this and the
+    # batch view above, so that the wait only grows with the rate.
+    prev = prefill_work_ms(s.params, s.kappa, np.minimum(
+        length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
+    ), np.ones_like(room))
+    left = np.where(busy, u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300), 0.0)
+    steady_wait = np.maximum(left, residual) + np.maximum(queued, ahead_tokens * per_token)
+    wait = np.where(poisson, wait, np.where(mu < 1.0, steady_wait, np.maximum(wait, steady_wait)))
+    # At least the chunks the budget forces; a mean-size prompt takes the chain's c(x + 1) (spec
+    # §3: the budget must also hold the others' mean prefill load), scaled with its length.
+    table_chunks = table.chunks[0, np.minimum(x, big_b - 1).astype(np.intp)]
+    chunks = np.maximum(np.ceil(n / room), np.floor(table_chunks * n / n_bar + 1e-9))
+    chunks = np.maximum(chunks, 1.0)
+    own = chunks * d_iter + prefill_work_ms(s.params, s.kappa, n, chunks)
+    joined = np.minimum(after * n_bar, np.maximum(room - n - ahead_tokens, 0.0)) * per_token
+    ttft = _slot_wait(s, i, u_slot) + wait + own + joined
+    if after_decode_iteration:
+        ttft = ttft + d_iter + s.decode_ms
+    out: FloatArray = np.where(s.stable[:, np.newaxis], ttft, np.inf)
+    return out
+
+
+def _slot_wait(s: Setting, i: NDArray[np.intp], u: FloatArray) -> FloatArray:
+    """Wait for a batch slot of an arrival that finds i >= B: exponential, mean
+    (1 + ca2) / 2 / (mu_B - lambda), mu_B = B / tau(B); at most (Q + 1) / mu_B when finite."""
+    table = s.table
+    mu_b = table.saturation_rate_per_ms[0]
+    gap = np.maximum(mu_b - s.lam, 1e-300)
+    mean = (1.0 + s.arrival_scv) / 2.0 / gap
+    if table.max_queue_size is not None:
+        mean = np.minimum(mean, (table.max_queue_size + 1.0) / mu_b)
+    full = i >= table.max_batch_size
+    with np.errstate(invalid="ignore"):
+        wait = np.where(full, -mean[:, np.newaxis] * np.log1p(-u), 0.0)
+    out: FloatArray = wait
+    return out
+
+
+def _lifetime_variance_share(lifetime_ms: FloatArray, service_ms: FloatArray) -> FloatArray:
+    """h(L / S): the variance of occupancy averaged over a window L over its point variance,
+    when others stay S (M/G/inf autocorrelation 1 - t / S)."""
+    y = lifetime_ms / np.maximum(service_ms, 1e-300)
+    safe = np.maximum(y, 1.0)
+    out: FloatArray = np.where(y <= 1.0, 1.0 - y / 3.0, 1.0 / safe - 1.0 / (3.0 * safe * safe))
+    return out
+
+
+def itl_request_samples(s: Setting) -> FloatArray:
+    """Per-request mean inter-token gap (ms) at each sample point, shape (rates, points)."""
+    u_m, u_x = unit_points(2)
+    u_w = u_x  # a burst of arrivals raises the occupancy and the prefill share together
+    table = s.table
+    big_b = table.max_batch_size
+    opts = table.options
+    m = np.maximum(length_quantile(u_m, s.workload.avg_output_tokens, opts.output_length_cv), 1.0)
+    gaps = np.maximum(m - 1.0, 1.0)
+    states = _decoding_states(big_b)
+    mean_x = s.time_pmf @ states
+    var_x = np.maximum(s.time_pmf @ (states * states) - mean_x * mean_x, 0.0)
+    lam = s.lam[:, np.newaxis]
+    share = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
+    mean_gap = s.decode_iteration_ms(mean_x + 1.0) / (1.0 - share)
+    life = gaps[np.newaxis, :] * mean_gap[:, np.newaxis]
+    h = _lifetime_variance_share(life, s.service_ms[:, np.newaxis])
+    # A gamma law (not Normal): never negative, and skewed like the count it stands for.
+    x_life = np.minimum(gamma_quantile(mean_x[:, np.newaxis], var_x[:, np.newaxis] * h, u_x),
+                        big_b - 1.0)
+    # Share s of the lifetime spent on others' prefill work: the work landing in a window L
+    # has mean lambda L E[W] and variance lambda L (ca2 E[W]^2 + Var W), so at Normal level z,
+    # s = rho + z sqrt(lambda V / L); the lifetime stretches with it, L = L0 / (1 - s), L0 the
+    # decode-only lifetime. With t = sqrt(1 - s): t^2 + a t - (1 - rho) = 0, a = z sqrt(lambda
+    # V / L0). Gaps are D / (1 - s), at most an iteration filled to the budget.
+    rho = share[:, np.newaxis]
+    spread = lam * (s.arrival_scv * s.prefill_mean_ms**2 + s.prefill_var_ms2)
+    decode = s.decode_iteration_ms(x_life + 1.0)
+    a = ndtri(u_w) * np.sqrt(spread / (gaps[np.newaxis, :] * decode))
+    t = np.minimum((np.sqrt(a * a + 4.0 * (1.0 - rho)) - a) / 2.0, 1.0)
+    # Below the mean, s = rho exp(a sqrt(1 - rho) / rho) instead (the same to first order):
+    # it never falls as the rate rises, where rho - |a| sqrt(1 - rho) would at light load.
+    with np.errstate(divide="ignore", over="ignore"):
+        low = rho * np.exp(a * np.sqrt(1.0 - rho) / np.maximum(rho, 1e-300))
+    busy = np.where(a < 0.0, low, 1.0 - t * t)
+    room = np.maximum(s.budget - x_life - 1.0, 1.0)
+    full = decode + room * s.prefill_mean_ms / max(s.workload.avg_input_tokens, 1.0)
+    itl = np.minimum(decode / (1.0 - busy), np.maximum(full, decode))
+    out: FloatArray = np.where(s.stable[:, np.newaxis], itl, np.inf)
+    return out
+
+
+def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
+    """Inter-token gaps (ms) and their token shares, shape (rates, B + 1 + points) each.
+
+    Prompts arriving during an iteration are admitted at the next one, so with x decoding,
+    iterations last E[T] = D(x) / (1 - rho), rho = lambda E[W_pref], and each admits
+    K ~ Poisson(lambda E[T]) prompts: a share f(x) = 1 - exp(-lambda E[T]) of them carries
+    prefill work (K >= 1, capped at the budget M - x); constant-rate arrivals admit floor or
+    ceil of lambda E[T]. Tokens come at x per iteration and (1 - rho) / D(x) iterations per ms.
+    The decode-only gaps D(x) are exact atoms (one per state), the prefill-carrying ones are
+    drawn at the sample points, so a small prefill share is resolved finely."""
+    u_state, u_pre, u_len, u_prev = unit_points(4)
+    table = s.table
+    big_b = table.max_batch_size
+    n_bar = max(s.workload.avg_input_tokens, 1.0)
+    per_token = s.prefill_mean_ms / n_bar
+    x = np.arange(big_b + 1, dtype=np.float64)[np.newaxis, :]
+    rho = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)[:, np.newaxis]
+    d_state = s.decode_iteration_ms(x)
+    weight = x * s.time_pmf * (1.0 - rho) / d_state
+    weight[:, 1] += 1e-300  # a request alone when no occupancy is resolvable (rate -> 0)
+    mu = s.lam[:, np.newaxis] * d_state / (1.0 - rho)
+    poisson = min(s.arrival_scv, 1.0)
+    sparse = mu < 1.0
+    carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * np.where(sparse, mu, 1.0)
+    prefill_weight = weight * carries
+    # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0).
+    xs = inverse_cdf(prefill_weight + 1e-300 * (x == 1), u_state).astype(np.float64)
+    # The previous iteration, whose arrivals this one admits, varies in length itself:
+    # Var T = lambda E[T] E[W^2] / (1 - (lambda E[W])^2) for T = D + the work of
+    # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance.
+    lam = s.lam[:, np.newaxis]
+    mean_t = s.decode_iteration_ms(xs) / (1.0 - rho)
+    var_t = lam * mean_t * (s.prefill_var_ms2 + s.prefill_mean_ms**2) / (1.0 - rho * rho)
+    mu_s = lam * gamma_quantile(mean_t, var_t, u_prev)
+    none = np.exp(-mu_s)
+    k_poisson = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
+    k_steady = np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre))
+    k = np.maximum(np.where(u_len < poisson, k_poisson, k_steady), 1.0)
+    n1 = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
+    tokens = np.minimum(n1 + (k - 1.0) * n_bar, np.maximum(s.budget - xs, 1.0))
+    values = np.concatenate(
+        [np.broadcast_to(d_state, weight.shape), s.decode_iteration_ms(xs) + tokens * per_token],
+        axis=1,
+    )
+    share = prefill_weight.sum(axis=1, keepdims=True) / xs.shape[1]
+    weights = np.concatenate([weight * (1.0 - carries), np.broadcast_to(share, xs.shape)], axis=1)
+    out: FloatArray = np.where(s.stable[:, np.newaxis], values, np.inf)
+    return out, weights

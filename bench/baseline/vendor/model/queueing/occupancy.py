@@ -1,0 +1,135 @@
+"""Distributions of the occupancy (requests in the system), as the percentile assembly needs them.
+Percentiles §3.
+
+All are probability mass functions over 0..B (shape (rates, B+1)) whose last entry lumps every
+state i >= B: beyond B only the wait for a slot depends on i, and for the chain's geometric tail
+that wait is exponential whatever i (see model/queueing/percentiles.py).
+
+* The chain's stationary distribution pi_i (spec §5): what a Poisson arrival sees (PASTA) and
+  the time average.
+* Constant-rate arrivals spaced 1/lambda apart with time in service U[S/2, 3S/2] (refinements §6):
+  the count of earlier arrivals still present is a sum of Bernoulli(P(S_r > k/lambda)), k >= 1,
+  taken as Normal with that sum's mean and variance and rounded to the nearest state.
+* Other arrival CVs mix the two linearly in the squared CV (capped at the Poisson view), as the
+  mean assembly does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import ndtr
+
+from bench.baseline.vendor.model.queueing.chain import StateTable, log_state_weights
+from bench.baseline.vendor.model.queueing.refined import seen_at_constant_rate
+
+FloatArray = NDArray[np.float64]
+
+
+def chain_pmf(table: StateTable, rate_per_ms: FloatArray) -> FloatArray:
+    """pi_i for i = 0..B-1 and P(i >= B) per rate (req/ms, 1-D); unstable rates put all mass
+    on B."""
+    log_p, log_r = log_state_weights(table, rate_per_ms)
+    head = np.exp(log_p - log_p.max(axis=1, keepdims=True))
+    r = np.exp(np.minimum(log_r, 0.0))
+    if table.max_queue_size is None:
+        stable = log_r < 0.0
+        # p_B (1 + r + r^2 + ...) = p_B / (1 - r) lumped into state B.
+        head[:, -1] /= np.where(stable, 1.0 - r, 1.0)
+    else:
+        q = table.max_queue_size
+        stable = np.ones(r.shape, dtype=bool)
+        # p_B (1 + r + ... + r^Q), computed as a geometric sum; r = 1 gives Q + 1.
+        near_one = np.abs(log_r) < 1e-12
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            geo = np.where(near_one, q + 1.0, np.expm1((q + 1) * log_r) / np.expm1(log_r))
+        # Far overload: the tail dwarfs the head; keep the lump finite in log space.
+        big = ~np.isfinite(geo) | (geo > 1e250)
+        if big.any():
+            head[big] = 0.0
+            head[big, -1] = 1.0
+            geo = np.where(big, 1.0, geo)
+        head[:, -1] *= geo
+    pmf: FloatArray = head / head.sum(axis=1, keepdims=True)
+    pmf[~stable] = 0.0
+    pmf[~stable, -1] = 1.0
+    return pmf
+
+
+def constant_rate_pmf(
+    service_ms: FloatArray, rate_per_ms: FloatArray, mean: FloatArray, big_b: int
+) -> FloatArray:
+    """Occupancy over 0..B (B lumps >= B) under constant-rate arrivals: Normal with the given
+    mean and the variance of the Bernoulli sum sum_k P(S_r > k/lambda), S_r ~ U[S/2, 3S/2]."""
+    a = service_ms / 2.0
+    x1 = a * rate_per_ms  # S/2 in units of the arrival spacing
+    k_max = int(np.clip(np.ceil(3.0 * x1.max(initial=0.0)) + 1, 1, 8 * big_b))
+    k = np.arange(1, k_max + 1, dtype=np.float64)[np.newaxis, :]
+    safe = np.where(x1 > 0.0, x1, 1.0)[:, np.newaxis]
+    # P(S_r > k / lambda) = (3a - k/lambda) / (2a) on the ramp, clipped to [0, 1].
+    p = np.clip((3.0 * safe - k) / (2.0 * safe), 0.0, 1.0) * (x1 > 0.0)[:, np.newaxis]
+    sd = np.sqrt((p * (1.0 - p)).sum(axis=1))[:, np.newaxis]
+    edges = np.arange(big_b + 1, dtype=np.float64)[np.newaxis, :] + 0.5  # between states
+    mu = mean[:, np.newaxis]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 0.0, (edges - mu) / np.where(sd > 0.0, sd, 1.0),
+                     np.where(edges > mu, np.inf, -np.inf))
+    cdf = ndtr(z)
+    cdf[:, -1] = 1.0
+    pmf = np.diff(cdf, axis=1, prepend=0.0)
+    out: FloatArray = np.maximum(pmf, 0.0)
+    return out
+
+
+def arrival_pmf(
+    table: StateTable,
+    pmf: FloatArray,
+    service_ms: FloatArray,
+    rate_per_ms: FloatArray,
+    arrival_cv: float,
+) -> FloatArray:
+    """The occupancy an arrival sees: the chain's pmf for Poisson arrivals, the constant-rate
+    view for arrival_cv = 0, mixed linearly in arrival_cv^2 between them."""
+    share = min(arrival_cv**2, 1.0)
+    if share >= 1.0:
+        return pmf
+    seen = seen_at_constant_rate(service_ms, rate_per_ms)
+    const = constant_rate_pmf(service_ms, rate_per_ms, seen, table.max_batch_size)
+    # An unstable rate keeps the chain's all-at-B view whatever the arrival process.
+    const = np.where(pmf[:, -1:] >= 1.0, pmf, const)
+    mixed: FloatArray = share * pmf + (1.0 - share) * const
+    return mixed
+
+
+def time_average_pmf(
+    table: StateTable, pmf: FloatArray, service_ms: FloatArray, rate_per_ms: FloatArray,
+    occupancy: FloatArray, arrival_cv: float,
+) -> FloatArray:
+    """The occupancy at a random time: the chain's pmf for Poisson arrivals; for constant-rate
+    arrivals the Normal view centred on the chain's mean occupancy X-bar."""
+    share = min(arrival_cv**2, 1.0)
+    if share >= 1.0:
+        return pmf
+    const = constant_rate_pmf(service_ms, rate_per_ms, occupancy, table.max_batch_size)
+    const = np.where(pmf[:, -1:] >= 1.0, pmf, const)
+    mixed: FloatArray = share * pmf + (1.0 - share) * const
+    return mixed
+
+
+def inverse_cdf(pmf: FloatArray, u: FloatArray) -> NDArray[np.intp]:
+    """State drawn at probability level u (1-D, sorted or not) from each row's pmf: the smallest
+    i with P(state <= i) > u. Shape (rates, len(u))."""
+    cdf = np.cumsum(pmf, axis=1)
+    cdf /= cdf[:, -1:]
+    rows, states = cdf.shape
+    # Row k's CDF and levels live in [2k, 2k+1]: all rows at once. The state at a level counts
+    # the CDF values at or below it; placing the few CDF values among the sorted levels and
+    # counting up is cheaper than searching for every level.
+    offset = 2.0 * np.arange(rows, dtype=np.float64)[:, np.newaxis]
+    order = np.argsort(u)
+    levels = (u[order][np.newaxis, :] + offset).reshape(-1)
+    place = np.searchsorted(levels, (cdf + offset).reshape(-1), side="left")
+    below = np.cumsum(np.bincount(place, minlength=levels.size + 1)[:-1]).reshape(rows, -1)
+    state = np.empty(below.shape, dtype=np.intp)
+    state[:, order] = np.clip(below - np.arange(rows)[:, np.newaxis] * states, 0, states - 1)
+    return state

@@ -1,0 +1,131 @@
+"""The prefill-work queue: how long an arriving prompt waits for prompt work queued ahead of it.
+Percentiles §3.
+
+vLLM admits waiting prompts first come first served into each iteration's token budget, so seen
+from the prompts the engine is one server working through prefill work. A prompt of n tokens,
+with x requests decoding beside it, costs its own compute beta n + gamma n (plus attention in
+the refined variant) and the share n / (M - x) of the decode iteration D(x) it rides on:
+
+    S(n) = W_pref(n) + D(x) n / (M - x)                                      (ms)
+
+`prompt_service_ms` gives S per prompt; `prefill_work_queue` turns the moments of S and the
+arrival process into the wait of a GI/G/1 queue. Utilisation rho = lambda E[S]; the wait is
+positive with probability rho and has an exponential tail whose mean is Kingman's,
+
+    E[W] = rho / (1 - rho) (ca2 + cs2) / 2 E[S],   P(W > t) = rho exp(-t rho / E[W]),
+
+with ca2 the squared CV of the inter-arrival times (1 Poisson, where E[W] is
+Pollaczek-Khinchine's exactly; 0 constant rate) and cs2 = Var S / E[S]^2. Burstier arrivals
+(ca2 > 1) come in clumps that Kingman's heavy-traffic mean misses at the moderate utilisations
+of prompt work (at rho = 0.1 and ca2 = 4 it gives a third of the GI/M/1 wait): they are taken
+as a gamma renewal process with that CV, whose GI/M/1 wait is exact, P(W > 0) = sigma with
+sigma = A*(mu (1 - sigma)) and W | W > 0 exponential of mean E[S] / (1 - sigma), with Kingman's
+service factor (1 + cs2) / 2 on the mean. A utilisation of 1 or more has no steady state: every
+wait is +inf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+_NEWTON_STEPS = 16  # for the bursty delay probability: converged to 1e-12 up to rho = 0.999
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillWait:
+    """Wait (ms) of an arriving prompt for the prefill work ahead of it, per rate (1-D)."""
+
+    utilization: FloatArray  # rho = lambda E[S]
+    delay_prob: FloatArray  # P(W > 0); 1 when unstable
+    tail_ms: FloatArray  # mean of W given W > 0; +inf when unstable
+
+    @property
+    def stable(self) -> NDArray[np.bool_]:
+        stable: NDArray[np.bool_] = self.utilization < 1.0
+        return stable
+
+    @property
+    def mean_ms(self) -> FloatArray:
+        """E[W] (ms), +inf when unstable."""
+        mean: FloatArray = self.delay_prob * self.tail_ms
+        return mean
+
+    def quantile_ms(self, u: FloatArray) -> FloatArray:
+        """W at probability level u in [0, 1) (last axis, broadcast against the rates on the
+        first): 0 up to 1 - P(W > 0), the exponential tail beyond."""
+        p = self.delay_prob[:, np.newaxis]
+        tail = self.tail_ms[:, np.newaxis]
+        above = np.maximum(1.0 - u, 1e-300) / np.maximum(p, 1e-300)
+        with np.errstate(invalid="ignore"):  # inf tail x 0 when the wait is certainly 0
+            wait = np.where(u > 1.0 - p, -tail * np.log(np.minimum(above, 1.0)), 0.0)
+        out: FloatArray = np.where(self.stable[:, np.newaxis], wait, np.inf)
+        return out
+
+
+def prompt_service_ms(
+    prefill_work_ms: FloatArray,
+    prompt_tokens: FloatArray,
+    decode_iteration_ms: FloatArray,
+    decoding: FloatArray,
+    budget_tokens: int,
+) -> FloatArray:
+    """S = W_pref + D(x) n / (M - x): a prompt's work on the prefill server (ms), from its own
+    prefill work W_pref (ms), its n tokens, the decode iteration D(x) (ms) of the x requests
+    decoding beside it and the token budget M. Arrays broadcast."""
+    room = np.maximum(budget_tokens - decoding, 1.0)
+    service: FloatArray = prefill_work_ms + decode_iteration_ms * prompt_tokens / room
+    return service
+
+
+def prefill_work_queue(
+    rate_per_ms: FloatArray,
+    service_mean_ms: FloatArray,
+    service_scv: FloatArray,
+    arrival_scv: float,
+) -> PrefillWait:
+    """GI/G/1 wait for prefill work at each arrival rate (req/ms, 1-D), from the mean (ms) and
+    squared CV of the prompt service S (per rate) and the squared CV of inter-arrival times."""
+    rho = rate_per_ms * service_mean_ms
+    stable = rho < 1.0
+    safe = np.where(stable, rho, 0.5)
+    if arrival_scv > 1.0:
+        # Bursts: P(W > 0) = sigma of gamma-renewal arrivals, tail mean E[S] (1 + cs2) / 2 /
+        # (1 - sigma) (exact GI/M/1 for cs2 = 1; Kingman's service factor otherwise).
+        sigma = bursty_delay_prob(safe, arrival_scv)
+        tail = (1.0 + service_scv) / 2.0 * service_mean_ms / (1.0 - sigma)
+        return PrefillWait(
+            utilization=rho,
+            delay_prob=np.where(stable, sigma, 1.0),
+            tail_ms=np.where(stable, tail, np.inf),
+        )
+    mean_wait = safe / (1.0 - safe) * (arrival_scv + service_scv) / 2.0 * service_mean_ms
+    positive = safe > 0.0
+    tail = np.where(positive, mean_wait / np.where(positive, safe, 1.0), 0.0)
+    return PrefillWait(
+        utilization=rho,
+        delay_prob=np.where(stable, rho, 1.0),
+        tail_ms=np.where(stable, tail, np.inf),
+    )
+
+
+def bursty_delay_prob(utilization: FloatArray, arrival_scv: float) -> FloatArray:
+    """sigma in (0, 1): the root of sigma = A*(mu (1 - sigma)) for gamma-distributed
+    inter-arrival times of squared CV ca2 (shape k = 1 / ca2), A*(s) = (1 + s / (k lambda))^-k,
+    i.e. sigma = g(sigma) = (1 + (1 - sigma) / (k rho))^-k; sigma = rho for Poisson arrivals.
+    sigma - g is concave and rises through its first root, so Newton's steps from 0 climb
+    monotonically to it; 0 at rho = 0."""
+    k = 1.0 / arrival_scv
+    rho = np.maximum(utilization, 1e-300)
+    sigma = np.zeros_like(rho)
+    for _ in range(_NEWTON_STEPS):
+        base = 1.0 + (1.0 - sigma) / (k * rho)
+        g = base**-k
+        slope = 1.0 - base ** (-k - 1.0) / rho  # d(sigma - g) / d sigma, > 0 below the root
+        sigma = np.minimum(sigma + (g - sigma) / np.maximum(slope, 1e-12), 1.0 - 1e-12)
+    root: FloatArray = np.where(utilization > 0.0, sigma, 0.0)
+    return root

@@ -1,0 +1,108 @@
+"""Fixed quasi-random points and request-length laws for the percentile assembly.
+
+Quantiles are read off latencies evaluated at a fixed set of points in the unit cube (a
+scrambled Sobol' sequence with a fixed seed), so every call returns the same numbers and each
+point's latency moves smoothly with the rate. Request lengths with mean x and coefficient of
+variation cv are drawn as the uniform law on x (1 +- sqrt(3) cv) while it stays positive
+(cv <= 1/sqrt(3); uniform on [x/2, 3x/2] is cv = 0.289) and as a gamma law beyond.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import gammaincinv, ndtri
+
+FloatArray = NDArray[np.float64]
+
+POINTS = 1024  # points per metric; p99 rests on the 10 points beyond it
+_SEED = 20261202
+_MAX_UNIFORM_CV = 3.0**-0.5
+
+
+@lru_cache(maxsize=8)
+def unit_points(dims: int, count: int = POINTS) -> FloatArray:
+    """`count` points in [0, 1)^dims, shape (dims, count); the same on every call."""
+    from scipy.stats import qmc  # imported on first use: scipy.stats is slow to import
+
+    pts = qmc.Sobol(d=dims, scramble=True, seed=_SEED).random(count).T
+    out: FloatArray = np.ascontiguousarray(np.clip(pts, 1e-12, 1.0 - 1e-12))
+    out.flags.writeable = False
+    return out
+
+
+def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
+    """Token count (float) at probability level u of the length law with this mean and CV."""
+    if cv == 0.0:
+        return np.full_like(u, mean)
+    if cv <= _MAX_UNIFORM_CV:
+        half = 3.0**0.5 * cv
+        out: FloatArray = mean * (1.0 - half + 2.0 * half * u)
+        return out
+    shape = 1.0 / (cv * cv)
+    gamma = np.asarray(gammaincinv(shape, u), dtype=np.float64) * (mean / shape)
+    return gamma
+
+
+def gamma_quantile(mean: FloatArray, var: FloatArray, u: FloatArray) -> FloatArray:
+    """Quantile at level u of the gamma law with this mean and variance (Wilson-Hilferty's
+    cube-root normal approximation, floored at 0); the mean itself where the variance is 0."""
+    positive = (mean > 0.0) & (var > 0.0) & np.isfinite(mean)
+    safe_mean = np.where(positive, mean, 1.0)
+    # mean / var and mean^2 / var without overflow: the shape k = mean^2 / var, kept in
+    # [1e-12, 1e12] (beyond it the law is a point or a spike at 0 for all practical purposes).
+    with np.errstate(over="ignore"):
+        ratio = np.where(positive, safe_mean / np.where(positive, var, 1.0), 1.0)
+        shape = np.clip(ratio * safe_mean, 1e-12, 1e12)
+    c = 1.0 / (9.0 * shape)
+    cube = np.maximum(1.0 - c + ndtri(u) * np.sqrt(c), 0.0) ** 3
+    out: FloatArray = np.where(positive, safe_mean * cube, mean)
+    return out
+
+
+def count_quantile(mean: FloatArray, u: FloatArray, poisson: bool | FloatArray) -> FloatArray:
+    """Arrivals in a window with this mean count, at level u: Poisson where `poisson`, else the
+    count of a constant-rate stream in a window that starts at an arrival, floor(mean). Float
+    counts."""
+    shape = np.broadcast_shapes(np.shape(mean), np.shape(u))
+    mean, u = np.broadcast_to(mean, shape), np.broadcast_to(u, shape)
+    steady = np.floor(mean)
+    if not np.any(poisson):
+        return steady
+    # Poisson by inverse CDF: the count is the number of k with P(K <= k) < u (at most 201, a
+    # cap only reached for u within rounding of 1), counted up from 0 in place; the points
+    # still counting are gathered only once they are fewer than an eighth, since most means are
+    # small. A Normal approximation for large means.
+    flat_mean, flat_u = mean.reshape(-1), u.reshape(-1)
+    large = flat_mean > 40.0
+    counts: FloatArray = np.zeros(flat_mean.shape)
+    where: NDArray[np.intp] = np.arange(flat_mean.size)
+    m: FloatArray = np.where(large, 0.0, flat_mean)
+    level: FloatArray = np.where(large, 0.0, flat_u)  # never counted here
+    k: FloatArray = np.zeros(flat_mean.shape)
+    pmf: FloatArray = np.exp(-m)
+    cdf = pmf.copy()
+    for j in range(1, 202):
+        below = cdf < level
+        left = np.count_nonzero(below)
+        if left == 0:
+            break
+        k += below
+        if 8 * left < below.size:
+            counts[where] = k
+            keep = np.flatnonzero(below)
+            where, k = where[keep], k[keep]
+            m, level, pmf, cdf = m[keep], level[keep], pmf[keep], cdf[keep]
+        pmf *= m
+        pmf /= j
+        cdf += pmf
+    counts[where] = k
+    if large.any():
+        with np.errstate(invalid="ignore"):  # an infinite mean stays infinite
+            big = flat_mean[large]
+            normal = np.floor(big + np.sqrt(big) * ndtri(flat_u[large]) + 0.5)
+            counts[large] = np.maximum(normal, 0.0)
+    out: FloatArray = counts.reshape(mean.shape)
+    return out if poisson is True else np.where(poisson, out, steady)
