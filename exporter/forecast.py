@@ -17,9 +17,13 @@ from model import (
     analyze,
     replicas_for_slo,
 )
+from model.calibration.trust import LIGHT_RATE_RPS, ModelBias
 
 # Bias corrections are bounded: a larger error means the estimate is wrong, not biased.
 MAX_BIAS = 0.5
+# ITL's load part alone can be off by more (a single shape lets the fit put most of ITL into
+# alpha): its factor (1 + error) is bounded to these.
+MIN_LOAD_FACTOR, MAX_LOAD_FACTOR = 0.25, 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +43,7 @@ def forecast(
     dep: DeploymentConfig,
     params: ServiceParams,
     workload: Workload,
-    bias: tuple[float, float] | None,
+    bias: ModelBias | tuple[float, float] | None,
     *,
     size_for_rps: float,
     per_replica_rps: float,
@@ -47,22 +51,30 @@ def forecast(
     shortfalls: Mapping[PercentileTarget, float] | None = None,
 ) -> Forecast:
     """Size for a total rate and predict at a per-replica rate, the means corrected for the
-    model's mean relative error (TTFT, ITL) on recent windows, the percentiles as predicted
-    (the mean bias factor is not applied to tails); `inputs` (default: the configured options
-    and server) carry the measured traffic shape; `shortfalls` tighten percentile targets
-    whose observed attainment fell short of the model's (exporter.attainment)."""
+    model's median relative error (TTFT, ITL, or ITL's load part: `ModelBias`) on recent
+    windows, the percentiles as predicted (the mean bias factor is not applied to tails);
+    `inputs` (default: the configured options and server) carry the measured traffic shape;
+    `shortfalls` tighten percentile targets whose observed attainment fell short of the
+    model's (exporter.attainment)."""
     inputs = inputs or ModelInputs(dep.model, dep.server)
     options, server = inputs.options, inputs.server
     # prediction / factor is the corrected prediction, so a target T is met where the raw
     # prediction stays within T x factor.
     f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
+    # With the error of ITL's load part known, only that part is corrected: light + (raw -
+    # light) / factor, met where raw <= light + (T - light) x factor.
+    load = None if not isinstance(bias, ModelBias) else bias.itl_load
+    light = 0.0
+    if load is not None:
+        f_itl = min(max(1.0 + load, MIN_LOAD_FACTOR), MAX_LOAD_FACTOR)
+        light = float(analyze(params, server, workload, LIGHT_RATE_RPS, options=options).itl_ms)
     plan = replicas_for_slo(
         size_for_rps,
         params,
         server,
         workload,
         None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
-        None if dep.slo.itl_ms is None else dep.slo.itl_ms * f_itl,
+        None if dep.slo.itl_ms is None else light + (dep.slo.itl_ms - light) * f_itl,
         min_replicas=dep.serving_min_replicas,
         options=options,
         percentiles=tightened(dep.slo.percentiles, shortfalls or {}),
@@ -71,7 +83,7 @@ def forecast(
     return Forecast(
         plan=plan,
         ttft_ms=float(at.ttft_ms) / f_ttft,
-        itl_ms=float(at.itl_ms) / f_itl,
+        itl_ms=light + (float(at.itl_ms) - light) / f_itl,
         stable=bool(at.stable),
         saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
         percentiles=predicted_percentiles(

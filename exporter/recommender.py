@@ -24,6 +24,7 @@ from exporter.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
 from exporter.slo_targets import BindingTarget, PredictedPercentile, binding_target
 from exporter.traffic import ModelInputs
 from model import PercentileTarget, ServiceParams, Workload
+from model.calibration.trust import ModelBias
 
 # Look-ahead: the trend is a least-squares slope over this many recent windows (at least 3).
 TREND_WINDOWS = 4
@@ -167,7 +168,7 @@ class Recommender:
         observation: DeploymentObservation | None,
         params: ServiceParams | None,
         workload: Workload | None,
-        bias: tuple[float, float] | None = None,
+        bias: ModelBias | tuple[float, float] | None = None,
         inputs: ModelInputs | None = None,
         *,
         demand: float | None = None,
@@ -196,7 +197,7 @@ class Recommender:
         demand: float | None,
         params: ServiceParams | None,
         workload: Workload | None,
-        bias: tuple[float, float] | None,
+        bias: ModelBias | tuple[float, float] | None,
     ) -> Decision:
         """The serving decision as scale to zero has it (exporter.scale_to_zero)."""
         if verdict is Verdict.SERVE:
@@ -241,7 +242,7 @@ class Recommender:
         obs: DeploymentObservation | None,
         params: ServiceParams | None,
         workload: Workload | None,
-        bias: tuple[float, float] | None,
+        bias: ModelBias | tuple[float, float] | None,
         inputs: ModelInputs | None,
     ) -> Decision:
         dep = self._dep

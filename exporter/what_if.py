@@ -16,6 +16,7 @@ from exporter.slo_targets import (
 )
 from exporter.traffic import ModelInputs
 from model import LatencyMetric, LatencyQuantiles, ServiceParams, Workload, latency_quantiles
+from model.calibration.trust import ModelBias
 
 S_PER_MS = 1e-3
 # Percentiles a query may ask for: the model's range (quantiles 0.01 to 0.999).
@@ -69,7 +70,7 @@ def what_if(
     dep: DeploymentConfig,
     params: ServiceParams,
     workload: Workload,
-    bias: tuple[float, float] | None,
+    bias: ModelBias | tuple[float, float] | None,
     rate_rps: float,
     replicas: int,
     quantiles: tuple[float, ...],

@@ -78,6 +78,14 @@ class CalibrationMemory:
                 self.anchor[k] = value
         self.held = 0
 
+    def changed(self, params: ServiceParams) -> None:
+        """A change was detected: the estimate before it becomes every parameter's centre. The
+        few new points then move what they pin (alpha after a new engine's overhead) and leave
+        the rest where it was, instead of at the generic centre (which a single shape could
+        then trade against what it pins: alpha up, gamma down, the ITL curve flattened)."""
+        self.anchor = list(params.as_tuple())
+        self.since_change = 0
+
     def confidence(
         self, has_estimate: bool, errors: NDArray[np.float64] | None, settle: int
     ) -> float:

@@ -23,6 +23,9 @@ holding for more than 3 windows, or a window error above 25 % each give C <= 0.5
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -42,9 +45,21 @@ MAD_TO_SIGMA = 1.4826
 ERROR_ANCHORS = ((0.10, 0.25, 0.50), (1.0, 0.5, 0.0))
 HOLD_ANCHORS = ((1.0, 4.0, 7.0), (1.0, 0.5, 0.0))
 CHANGE_FLOOR = 0.6
+# The load part of a latency (`load_part_bias`) is read where it is at least this share of it.
+LOAD_PART_MIN_SHARE = 0.1
+LOAD_PART_MIN_POINTS = 3
 # Before the first fit: a TTFT this many times the prior centre's light-traffic TTFT is queueing.
 COLD_SATURATION_FACTOR = 10.0
 LIGHT_RATE_RPS = 1e-6
+
+
+class ModelBias(NamedTuple):
+    """Median relative errors (pred - meas) / meas of an estimate over its window: TTFT, ITL,
+    and ITL's load-dependent part (`load_part_bias`; None where the loads are too light)."""
+
+    ttft: float
+    itl: float
+    itl_load: float | None = None
 
 
 def changed(errors: FloatArray) -> bool:
@@ -91,6 +106,39 @@ def robust_bias(errors: FloatArray) -> tuple[float, float] | None:
         return None
     median = np.median(rows, axis=0)
     return float(median[0]), float(median[1])
+
+
+def load_part_bias(
+    predicted_ms: FloatArray, light_ms: FloatArray, measured_ms: FloatArray
+) -> float | None:
+    """Median relative error of the load-dependent part of a latency: (pred - light) /
+    (meas - light) - 1 per point, `light` the model's latency of the point's shape at an empty
+    engine; None unless at least half the points (and LOAD_PART_MIN_POINTS) carry a load part
+    of at least LOAD_PART_MIN_SHARE of what was measured. A model whose parameters a single
+    shape bends (alpha up, the ITL curve flattened) is off in how latency grows with load, not
+    by one factor: a factor measured at the window's loads, applied at an empty engine, can call
+    a target infeasible that the replica meets at light load."""
+    pred_part, meas_part = predicted_ms - light_ms, measured_ms - light_ms
+    ok = np.isfinite(pred_part) & (pred_part > 0) & (meas_part >= LOAD_PART_MIN_SHARE * measured_ms)
+    count = int(np.count_nonzero(ok))
+    if count < max(LOAD_PART_MIN_POINTS, (predicted_ms.size + 1) // 2):
+        return None
+    return float(np.median(pred_part[ok] / meas_part[ok])) - 1.0
+
+
+def window_itl_load_bias(
+    observations: list[Observation],
+    params: ServiceParams,
+    server: ServerConfig,
+    options: ModelOptions,
+) -> float | None:
+    """`load_part_bias` of ITL for `params` over the observations. Sizing corrects the load
+    part of ITL by it, so a correction measured at the window's loads is not carried to an
+    empty engine."""
+    _, itl, _ = FitProblem(observations, server, options).predict(params)
+    light = [replace(obs, rate_rps=LIGHT_RATE_RPS) for obs in observations]
+    _, empty, _ = FitProblem(light, server, options).predict(params)
+    return load_part_bias(itl, empty, np.array([obs.itl_ms for obs in observations]))
 
 
 def window_error(errors: FloatArray, bias: tuple[float, float]) -> float:

@@ -39,7 +39,8 @@ from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
 from model.calibration.prior import GENERIC_PRIOR, Prior
 from model.calibration.residuals import FitProblem
-from model.calibration.trust import CHANGE_RUN, changed, looks_saturated, robust_bias
+from model.calibration.trust import CHANGE_RUN, ModelBias, changed, looks_saturated, robust_bias
+from model.calibration.trust import window_itl_load_bias as itl_load_bias
 from model.calibration.verdict import (
     SKIP_MESSAGES,
     TUNER_MESSAGES,
@@ -178,13 +179,19 @@ class Tuner:
         errors, _ = problem.relative_errors(self._params)
         return errors
 
-    def bias(self) -> tuple[float, float] | None:
+    def bias(self) -> ModelBias | None:
         """Median signed relative error (pred - meas) / meas of the current estimate over the
-        window, (TTFT, ITL); None without an estimate or a window. A model that fits its
-        window well can still be biased on one metric (the fit trades TTFT against ITL);
-        sizing divides predictions by (1 + bias). The median, so a few spikes cannot move it."""
+        window, TTFT and ITL, and that of ITL's load-dependent part (`trust.ModelBias`); None
+        without an estimate or a window. A model that fits its window well can still be biased
+        on one metric (the fit trades TTFT against ITL); sizing corrects for it. Medians, so a
+        few spikes cannot move them."""
         errors = self._window_errors()
-        return None if errors is None else robust_bias(errors)
+        median = None if errors is None else robust_bias(errors)
+        if median is None or self._params is None:
+            return None
+        window = list(self._window)
+        load = itl_load_bias(window, self._params, self.server, self.options)
+        return ModelBias(median[0], median[1], load)
 
     @property
     def identified(self) -> tuple[bool, bool, bool]:
@@ -260,7 +267,7 @@ class Tuner:
             newest = list(self._window)[-CHANGE_RUN:]
             self._window.clear()
             self._window.extend(newest)
-            self._memory.since_change = 0
+            self._memory.changed(self._params)
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
