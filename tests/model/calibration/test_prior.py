@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from model import ArchitectureSpec, ServerConfig, ServiceParams, fit
+from model.calibration.memory import CalibrationMemory
 from model.calibration.prior import (
     ACCELERATORS,
+    ESTIMATE_LOG_SIGMA,
+    GENERIC_CENTRE,
     GENERIC_PRIOR,
     Accelerator,
     CentreSource,
@@ -20,6 +23,7 @@ from model.calibration.prior import (
     prior_around,
 )
 from model.calibration.trust import changed, confidence, robust_bias, window_error
+from model.calibration.tuner import DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS
 from model.queueing.variant import LLAMA_3_1_8B, QWEN_2_5_14B
 from tests.model.calibration.synthetic import observations, relative_errors
 
@@ -125,3 +129,21 @@ def test_robust_window_figures() -> None:
     assert changed(moved)
     moved[-1, 1] = steady[-1, 1]  # two of three are not enough
     assert not changed(moved)
+
+
+def test_after_a_detected_change_every_parameter_is_centred_on_the_estimate_before_it() -> None:
+    # One shape identified alpha only; beta and gamma were held by the generic prior. After a
+    # change their centre is the estimate the deployment had, not the generic one (which the
+    # few new windows could trade against alpha).
+    memory = CalibrationMemory()
+    before = ServiceParams(6.5, 3e-4, 4.4e-5)
+    memory.accept(before, (True, False, False))
+    bounds = (DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS)
+    assert memory.prior(GENERIC_PRIOR, None, bounds).centre.gamma_ms == pytest.approx(
+        GENERIC_CENTRE.gamma_ms, rel=1e-12
+    )
+    memory.changed(before)
+    prior = memory.prior(GENERIC_PRIOR, None, bounds)
+    assert prior.centre.as_tuple() == pytest.approx(before.as_tuple(), rel=1e-12)
+    assert prior.log_sigma == pytest.approx((ESTIMATE_LOG_SIGMA,) * 3)
+    assert memory.since_change == 0
