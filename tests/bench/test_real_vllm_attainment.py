@@ -141,4 +141,5 @@ def test_the_report_on_a_small_recorded_sweep(tmp_path: Path) -> None:
     assert doc["errors"]["attainment"]["held_out"]["ttft"]["bounds"] > 0
     text = (tmp_path / report.REPORT_MD.name).read_text()
     assert "## Attainment at vLLM's bucket bounds" in text
-    assert text.count("| metric | bound (ms) | observed | predicted | gap (points) |") == len(listed)
+    header = "| metric | bound (ms) | observed | predicted | gap (points) |"
+    assert text.count(header) == len(listed)
