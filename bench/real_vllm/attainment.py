@@ -247,6 +247,18 @@ def point_table(point: PointAttainment, label: str) -> list[str]:
     return [*lines, ""]
 
 
+def point_line(point: PointAttainment, label: str) -> str:
+    """One console line per point: each metric's mean |gap| over its in-range bounds."""
+    parts = []
+    for name, m in point.metrics.items():
+        gaps = [abs(s.gap_points) for s in m.shares if s.in_range]
+        mean = float(np.mean(gaps)) if gaps else None
+        parts.append(f"{name.upper()} mean |gap| {points_text(mean)} points over "
+                     f"{len(gaps)} bounds")
+    note = " (saturated)" if point.saturated else ""
+    return f"  {label}{note}: {'; '.join(parts)}"
+
+
 def points_text(value: float | None) -> str:
     """A gap in percentage points, or n/a."""
     return "n/a" if value is None else f"{value:.1f}"

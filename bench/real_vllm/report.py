@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
           f" gamma {folds[0].fit.params.gamma_ms:.3g} ms; in-sample TTFT/ITL error "
           f"{_pct(summary['in_sample']['ttft']['mean_abs_rel'])}/"
           f"{_pct(summary['in_sample']['itl']['mean_abs_rel'])}")
+    for point in every:
+        print(attainment.point_line(point, labels[point.index]))
     for name, found in summary["attainment"]["in_sample"].items():
         print(f"{name.upper()} attainment at the bucket bounds: mean |pred - obs| "
               f"{attainment.points_text(found['mean_abs_gap_points'])} points over "
