@@ -281,9 +281,11 @@ def markdown(doc: dict[str, Any]) -> str:
         "- A window's observation lags the load: Prometheus's newest sample is up to one "
         "scrape (2 s) old, and the queue takes a few seconds to settle after a step, so a "
         "phase's first window mixes two loads (the daemon keeps it out of the fit).",
-        "- TTFT misses most for the decode-heavy shape (128/256): there a new request's "
-        "prefill waits behind many running decodes, and vLLM's TTFT rises with load earlier "
-        "than the model's; the sweep showed the same.",
+        "- The daemon learns its parameters from the windows it sees: the first phases are all "
+        "one shape (512/64), from which the fit cannot tell every parameter apart "
+        "(`accepted_partial`: the others stay at the prior), so the second shape's (128/256) "
+        "first predictions are an extrapolation; the per-phase errors above show how far it "
+        "carried in this run.",
         "- The client's TTFT adds the API server's HTTP and tokenizer path, which starves "
         "when the shared cores are busy. The daemon sizes on vLLM's own histogram, so the "
         "TTFT users see can exceed the target while the daemon reports `at_target`.",
