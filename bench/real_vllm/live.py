@@ -13,7 +13,7 @@ the end it asks Prometheus for the daemon's series and for vLLM's metric names, 
 `live_report` writes `bench/results/real_vllm_live.{md,json,png}`. vLLM, Prometheus and the
 daemon are stopped whatever happens.
 
-Run from the repository root: `python -m bench.real_vllm.live` (about 7 minutes).
+Run from the repository root: `python -m bench.real_vllm.live` (7-10 minutes on 2 cores).
 """
 
 from __future__ import annotations
