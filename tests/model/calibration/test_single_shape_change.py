@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from bench.closed_loop_support import WindowView
 from bench.single_shape import saturation_rate_rps, shifted, simulate_windows, wandering_profile
 from exporter.config import DeploymentConfig, SloConfig, SourceConfig
 from exporter.deployment_state import tuner_observation
@@ -29,7 +30,7 @@ BEFORE, AFTER = 60, 60  # 30 s windows on each side of the change
 SETTLED = 10  # windows after the change the tuner may take
 
 
-def points(views: list) -> list[Observation]:  # type: ignore[type-arg]
+def points(views: list[WindowView]) -> list[Observation]:
     out = [tuner_observation(v.observation, SERVER.max_batch_size) for v in views]
     return [p for p in out if p is not None and not p.queue_growing]
 
