@@ -50,7 +50,6 @@ from bench.closed_loop_report import (  # noqa: E402
     Cycle,
     Run,
     Scenario,
-    json_safe,
     plot_runs,
     print_combined,
     print_table,
@@ -65,6 +64,7 @@ from exporter.replay.engine import Arm as EngineArm  # noqa: E402
 from exporter.replay.exposition import PerfectObserver  # noqa: E402
 from exporter.replay.perfect import KV_CAPACITY_TOKENS  # noqa: E402
 from exporter.replay.policies import OursPolicy, ThroughputPolicy  # noqa: E402
+from exporter.replay.report import json_safe  # noqa: E402
 from model.queueing.params import ServerConfig, ServiceParams  # noqa: E402
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, draw_trace  # noqa: E402
 

@@ -35,7 +35,7 @@ from exporter.errors import ConfigError
 from exporter.replay.arrivals import ProfileArrivals, load_rate_profile
 from exporter.replay.engine import ArrivalSource, Step
 from exporter.replay.policies import PolicyName
-from exporter.replay.report import plot, table
+from exporter.replay.report import json_safe, plot, table
 from exporter.replay.session import ReplayResult, replay, result_json
 from exporter.replay.settings import ReplaySettings, load_settings
 from exporter.replay.trace import TraceColumns, TraceError, TraceReader, Transform
@@ -269,20 +269,10 @@ def _replay(args: argparse.Namespace) -> int:
     if report["bad_rows_skipped"]:
         print(f"{report['bad_rows_skipped']} malformed rows skipped")
     if args.out is not None:
-        (args.out / "replay.json").write_text(json.dumps(_finite(report), indent=1))
+        (args.out / "replay.json").write_text(json.dumps(json_safe(report), indent=1))
         plot(report, args.out / "replay.png")
         print(f"wrote {args.out / 'replay.json'} and {args.out / 'replay.png'}")
     return INTERRUPTED if result.partial else 0
-
-
-def _finite(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 class _StopOnSigint:

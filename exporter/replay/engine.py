@@ -214,7 +214,7 @@ class Engine:
         steps = int(round(self.fleet.window_s / self.fleet.sample_s))
         samples = []
         for j in range(1, steps + 1):
-            sim.run(start_s + j * self.fleet.sample_s)
+            sim.advance(start_s + j * self.fleet.sample_s)
             samples.append(sim.replica_status())
         records = sim.drain_records()
         view = arm.observer.observe(sim, records, start_s, end_s, run.status, samples)

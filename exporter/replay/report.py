@@ -3,8 +3,20 @@ against the targets), both from the JSON of `session.result_json`."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _share(entry: dict[str, Any]) -> str:
@@ -68,6 +80,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from exporter.commands.plot_axes import plain_log_ticks
+
     series: dict[str, Any] = report["series"]
     names = list(report["policies"])
     keys = list(report["policies"][names[0]]["targets"]) if names else []
@@ -88,6 +102,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
             ax[2 + k].plot(t_min, values, ".-", lw=0.8, ms=2, label=name)
         ax[2 + k].axhline(target, color="k", ls="--", lw=0.8, label="target")
         ax[2 + k].set_yscale("log")
+        plain_log_ticks(ax[2 + k])
         ax[2 + k].set_ylabel(f"{key} (ms)")
     ax[-1].set_xlabel("time (min)")
     for a in ax:
