@@ -8,7 +8,8 @@ mean 1024 tokens CV 1.5, outputs mean 256 CV 1.2, each capped at 16384), written
 trace's format (TIMESTAMP with seven fractional digits, ContextTokens, GeneratedTokens). The
 serving truth is paper Table I (Llama-3.1-8B, H100); targets: mean TTFT 200 ms, mean ITL 30 ms,
 p95 TTFT 1 s; 1-12 replicas, new ones ready after 90 s. The command runs as a child process; its
-peak RSS is the kernel's (RUSAGE_CHILDREN).
+peak RSS and CPU time are the kernel's (RUSAGE_CHILDREN): on a machine other work loads, the
+CPU time is what the command would take alone on one core.
 
 Writes bench/results/replay_trace.json (timing, memory, the report's per-policy figures) and
 bench/results/replay_trace.png. Run: .venv/bin/python bench/replay_trace.py [--requests N]
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
                               check=False)
         wall = time.perf_counter() - began
-        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak_mb, cpu_s = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
         print(done.stdout)
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)
@@ -143,14 +145,17 @@ def main(argv: list[str] | None = None) -> None:
         (RESULTS / "replay_trace.png").write_bytes((out / "replay.png").read_bytes())
     ok_time, ok_memory = wall < TIME_LIMIT_S, peak_mb < MEMORY_LIMIT_MB
     print(f"wall {wall:.1f} s (limit {TIME_LIMIT_S:.0f}: {'ok' if ok_time else 'OVER'}), "
-          f"peak RSS {peak_mb:.0f} MB (limit {MEMORY_LIMIT_MB:.0f}: "
-          f"{'ok' if ok_memory else 'OVER'}), load average before {load[0]:.2f}")
+          f"CPU {cpu_s:.1f} s, peak RSS {peak_mb:.0f} MB (limit {MEMORY_LIMIT_MB:.0f}: "
+          f"{'ok' if ok_memory else 'OVER'}), load average {load[0]:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after")
     summary = {
         "requests": rows,
         "policies": POLICIES.split(","),
         "wall_s": wall,
+        "cpu_s": cpu_s,
         "peak_rss_mb": peak_mb,
         "load_average_before": load[0],
+        "load_average_after": os.getloadavg()[0],
         "cpu_count": os.cpu_count(),
         "within_limits": ok_time and ok_memory,
         "config": CONFIG,

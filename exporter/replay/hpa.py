@@ -166,14 +166,14 @@ class Hpa:
             rules = self.behavior.scale_up
             if rules.select is Select.DISABLED:
                 return current
-            proposals = [self._up_limit(now_s, current, p) for p in rules.policies]
+            proposals = [self._step_limit(now_s, current, p, True) for p in rules.policies]
             limit = max(proposals) if rules.select is Select.MAX else min(proposals)
             return min(desired, limit)
         if desired < current:
             rules = self.behavior.scale_down
             if rules.select is Select.DISABLED:
                 return current
-            proposals = [self._down_limit(now_s, current, p) for p in rules.policies]
+            proposals = [self._step_limit(now_s, current, p, False) for p in rules.policies]
             limit = min(proposals) if rules.select is Select.MAX else max(proposals)
             return max(desired, limit)
         return desired
@@ -183,14 +183,11 @@ class Hpa:
         removed = sum(n for t, n in self._downs if t > now_s - period_s)
         return current - added + removed
 
-    def _up_limit(self, now_s: float, current: int, policy: StepPolicy) -> int:
+    def _step_limit(self, now_s: float, current: int, policy: StepPolicy, up: bool) -> int:
+        """The most (up) or fewest replicas one policy allows now."""
         start = self._period_start(now_s, current, policy.period_s)
         if policy.kind is PolicyKind.PODS:
-            return start + policy.value
-        return math.ceil(start * (1.0 + policy.value / 100.0))
-
-    def _down_limit(self, now_s: float, current: int, policy: StepPolicy) -> int:
-        start = self._period_start(now_s, current, policy.period_s)
-        if policy.kind is PolicyKind.PODS:
-            return start - policy.value
+            return start + policy.value if up else start - policy.value
+        if up:  # rounded up, or a small count could never grow (as Kubernetes does)
+            return math.ceil(start * (1.0 + policy.value / 100.0))
         return int(start * (1.0 - policy.value / 100.0))
