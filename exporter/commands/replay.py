@@ -86,19 +86,38 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="the serving truth: fit the measured points of a `fit --csv` file")
     truth.add_argument("--truth-params", type=_params, metavar="ALPHA,BETA,GAMMA",
                        help="the serving truth in ms (default: the config's replay.truth)")
-    p.add_argument("--input-tokens", type=number_flag(1.0, MAX_TOKENS), default=1024.0,
-                   help="rate profile: mean prompt length")
-    p.add_argument("--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0,
-                   help="rate profile: mean output length")
+    p.add_argument("--input-tokens", type=number_flag(1.0, MAX_TOKENS),
+                   default=_DEFAULTS["input_tokens"], help="rate profile: mean prompt length")
+    p.add_argument("--output-tokens", type=number_flag(1.0, MAX_TOKENS),
+                   default=_DEFAULTS["output_tokens"], help="rate profile: mean output length")
     p.add_argument("--lengths", choices=[k.value for k in LengthKind if k != LengthKind.EMPIRICAL],
-                   default=LengthKind.LOGNORMAL.value, help="rate profile: law of the lengths")
-    p.add_argument("--length-cv", type=number_flag(0.0, MAX_CV), default=1.0,
+                   default=_DEFAULTS["lengths"], help="rate profile: law of the lengths")
+    p.add_argument("--length-cv", type=number_flag(0.0, MAX_CV), default=_DEFAULTS["length_cv"],
                    help="rate profile: CV of the lognormal lengths")
-    p.add_argument("--interarrival-cv", type=number_flag(0.0, MAX_CV), default=1.0,
+    p.add_argument("--interarrival-cv", type=number_flag(0.0, MAX_CV),
+                   default=_DEFAULTS["interarrival_cv"],
                    help="rate profile: CV of the gaps between arrivals (1: Poisson)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress bar on stderr (auto: when stderr is a terminal)")
-    p.set_defaults(func=run_replay)
+    p.set_defaults(func=run_replay, check=_check)
+
+
+_PROFILE_ONLY = ("input_tokens", "output_tokens", "lengths", "length_cv", "interarrival_cv")
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    """The length laws and arrival CV draw a rate profile's requests: a trace has its own."""
+    if args.trace is None:
+        return None
+    given = [name for name in _PROFILE_ONLY if getattr(args, name) != _DEFAULTS[name]]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        return f"argument {flag}: only with --rate-profile (a trace has its own lengths)"
+    return None
+
+
+_DEFAULTS = {"input_tokens": 1024.0, "output_tokens": 512.0, "lengths": LengthKind.LOGNORMAL.value,
+             "length_cv": 1.0, "interarrival_cv": 1.0}
 
 
 def _policies(text: str) -> tuple[PolicyName, ...]:

@@ -143,3 +143,10 @@ def test_progress_bar_and_ctrl_c_gives_a_partial_report(tmp_path: Path) -> None:
     assert report["partial"] is True
     assert 1 <= report["windows"] < math.floor(_span_s(TRACE) / WINDOW_S) + 1
     assert report["policies"]["fixed"]["windows"] == report["windows"]
+
+
+def test_length_laws_are_refused_with_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["replay", "--trace", str(TRACE), "--config", str(CONFIG), "--input-tokens", "100"])
+    assert caught.value.code == 2
+    assert "argument --input-tokens: only with --rate-profile" in capsys.readouterr().err
