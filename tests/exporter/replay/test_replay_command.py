@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from exporter.commands.cli import main
+from exporter.commands.fit import read_observations
 from exporter.replay.trace import parse_time
+from model import ServerConfig, fit
 from tests.conftest import DATA_DIR, REPO_ROOT
 
 TRACE = DATA_DIR / "replay-sample.csv"
@@ -150,3 +152,26 @@ def test_length_laws_are_refused_with_a_trace(capsys: pytest.CaptureFixture[str]
         main(["replay", "--trace", str(TRACE), "--config", str(CONFIG), "--input-tokens", "100"])
     assert caught.value.code == 2
     assert "argument --input-tokens: only with --rate-profile" in capsys.readouterr().err
+
+
+def test_the_truth_from_a_state_file_or_a_fit(tmp_path: Path) -> None:
+    tuner = json.loads((DATA_DIR / "tuner-state-before-prior.json").read_text())
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"version": 1, "state": {"deployments": {
+        "llama-8b-vllm": {"tuner": tuner, "recommender": {}, "workload": None}}}}))
+    assert _replay(tmp_path / "s", "--policy", "fixed", "--window", "0:60",
+                   "--truth-state", str(state)) == 0
+    assert _report(tmp_path / "s")["truth_ms"] == tuner["params"]
+    with (DATA_DIR / "h100-grid.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh)
+                if r["model"].startswith("Llama") and r["in_paper_fit"] == "1"]
+    points = tmp_path / "points.csv"
+    with points.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert _replay(tmp_path / "f", "--policy", "fixed", "--window", "0:60",
+                   "--truth-fit", str(points)) == 0
+    fitted = fit(read_observations(points), ServerConfig(256, 8192)).params  # what `fit` says
+    assert _report(tmp_path / "f")["truth_ms"] == fitted.to_dict()
+    assert fitted.alpha_ms == pytest.approx(6.68, rel=0.05)  # near paper Table I's
