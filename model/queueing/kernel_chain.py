@@ -22,13 +22,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.queueing.jit import compiled
-from model.queueing.kernel_table import CUM_LOG_MU, INV_MU, LOG_MU, MU
+from model.queueing.kernel_table import CUM_LOG_MU, INV_MU, LOG_MU, MAX_MU, MIN_LOG_MU, MU
 
 FloatArray = NDArray[np.float64]
 
 TINY_RATE = 1e-300  # req/ms; stands in for 0 in log space: every p_i (i > 0) underflows to 0
-RESEED = 1e-290  # a weight (relative to the largest) below this is rebuilt from its log
-NEGLIGIBLE_LOG = -700.0  # weights below e^this of the largest count as 0
+RESEED = 1e-290  # a weight (relative to the peak) below this is rebuilt from its log
+NEGLIGIBLE_LOG = -700.0  # weights below e^this of the peak count as 0
+# States left out once all of them together hold less than this share of the sums: far
+# below half an ulp (1.1e-16), so the sums are those of every state.
+DROP = 1e-18
 # Outputs of `solve` (a length-CHAIN_FIELDS vector per rate).
 STABLE, NUM, OCC, QUEUE, P_EMPTY, P_WAIT, P_BLOCK, LOG_R = range(8)
 CHAIN_FIELDS = 8
@@ -50,64 +53,93 @@ def log_weights(states: FloatArray, row: int, big_b: int, log_lam: float, log_p:
 
 
 @compiled
-def _rebuilt(log_p: FloatArray, i: int, best: float) -> float:
-    d = log_p[i] - best
+def first_peak(states: FloatArray, row: int, big_b: int, lam: float) -> int:
+    """The state before the first i with mu_i >= lambda (B if none): the weights rise up to it
+    (binary search on the running maximum of mu)."""
+    max_mu = states[row, MAX_MU]
+    lo, hi = 0, big_b  # the answer i* - 1 lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if max_mu[mid] >= lam:  # state mid + 1 is the first or past it
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@compiled
+def _rebuilt(states: FloatArray, row: int, i: int, log_lam: float, log_top: float) -> float:
+    d = i * log_lam - states[row, CUM_LOG_MU, i] - log_top
     return math.exp(d) if d > NEGLIGIBLE_LOG else 0.0
 
 
 @compiled
 def unit_weights(
-    states: FloatArray, row: int, big_b: int, lam: float, log_p: FloatArray, top: int,
-    w: FloatArray,
-) -> tuple[float, float]:
-    """w[i] = p_i / p_top for i = 0..B (recurrence; ends exact); returns (sum w, sum i w)."""
-    inv_mu, mu = states[row, INV_MU], states[row, MU]
-    best = log_p[top]
-    total, first = 0.0, 0.0
-    x = 1.0
-    for i in range(top + 1, big_b):  # interior states above the largest
-        x = x * (lam * inv_mu[i - 1]) if x >= RESEED else _rebuilt(log_p, i, best)
-        w[i] = x
-        total += x
-        first += i * x
-    x = 1.0
-    inv_lam = 1.0 / lam
-    for i in range(top - 1, 0, -1):  # interior states below it
-        x = x * (mu[i] * inv_lam) if x >= RESEED else _rebuilt(log_p, i, best)
-        w[i] = x
-        total += x
-        first += i * x
+    states: FloatArray, row: int, big_b: int, lam: float, log_lam: float, w: FloatArray,
+) -> tuple[float, float, int, int]:
+    """w[i] = p_i / p_top for the states that count (recurrence from the first peak, ends
+    exact); returns (sum w, sum i w, lowest, highest interior state filled)."""
+    inv_mu, mu, min_log_mu = states[row, INV_MU], states[row, MU], states[row, MIN_LOG_MU]
+    cum = states[row, CUM_LOG_MU]
+    top = first_peak(states, row, big_b, lam)
+    log_top = top * log_lam - cum[top]
+    w[0] = math.exp(0.0 * log_lam - cum[0] - log_top)
+    w[big_b] = math.exp(big_b * log_lam - cum[big_b] - log_top)
+    total = w[0] + w[big_b]
+    first = big_b * w[big_b]
     if 0 < top < big_b:
         w[top] = 1.0
         total += 1.0
         first += top
-    w[0] = math.exp(log_p[0] - best)
-    w[big_b] = math.exp(log_p[big_b] - best)
-    return total + w[0] + w[big_b], first + big_b * w[big_b]
+    # Below the peak the weights fall state by state: stop once the rest cannot reach
+    # DROP of the sums (at most i states of at most w_i each).
+    x, low = 1.0, max(top, 1)
+    inv_lam = 1.0 / lam
+    for i in range(top - 1, 0, -1):
+        x = x * (mu[i] * inv_lam)
+        w[i] = x
+        total += x
+        first += i * x
+        low = i
+        if i * x <= DROP * total and i * i * x <= DROP * first:
+            break
+    # Above it they may dip and rise again where the chunk count steps: stop only where no
+    # later state can rise (lambda <= every later mu) and the rest is negligible.
+    x, high = 1.0, min(top, big_b - 1)
+    for i in range(top + 1, big_b):
+        x = x * (lam * inv_mu[i - 1]) if x >= RESEED else _rebuilt(states, row, i, log_lam, log_top)
+        w[i] = x
+        total += x
+        first += i * x
+        high = i
+        room = big_b - i
+        if log_lam <= min_log_mu[i] and room * x <= DROP * total and room * big_b * x <= DROP * first:
+            break
+    return total, first, low, high
 
 
 @compiled
 def solve(
     states: FloatArray, row: int, big_b: int, max_queue: int, lam: float,
     log_p: FloatArray, w: FloatArray, out: FloatArray,
-) -> None:
-    """The chain at rate lam (req/ms) into out[STABLE..LOG_R]; w[0..B] holds the head
-    weights relative to their largest (for `pmf`). max_queue < 0: infinite waiting room."""
+) -> tuple[int, int]:
+    """The chain at rate lam (req/ms) into out[STABLE..LOG_R]; w holds the head weights
+    relative to a peak (for `pmf`) on the returned range of states and at 0 and B."""
     safe_lam = max(lam, TINY_RATE)
     log_lam = math.log(safe_lam)
-    top = log_weights(states, row, big_b, log_lam, log_p)
     log_r = log_lam - states[row, LOG_MU, big_b - 1]  # log(lambda / mu_B): the ratio beyond B
     out[P_BLOCK], out[LOG_R] = 0.0, log_r
     if max_queue >= 0:
+        top = log_weights(states, row, big_b, log_lam, log_p)
         _solve_finite(big_b, max_queue, log_p, log_r, top, w, out)
-        return
-    total, first = unit_weights(states, row, big_b, safe_lam, log_p, top, w)
+        return 1, big_b - 1
     stable = log_r < 0.0
     out[STABLE] = 1.0 if stable else 0.0
     if not stable:
         out[NUM], out[OCC], out[QUEUE] = np.nan, float(big_b), np.nan
         out[P_EMPTY], out[P_WAIT] = 0.0, 1.0
-        return
+        return 1, 0
+    total, first, low, high = unit_weights(states, row, big_b, safe_lam, log_lam, w)
     r = math.exp(log_r)
     # Tail i > B is geometric: mass p_B r/(1-r), queue length p_B r/(1-r)^2.
     tail_per_p_b = r / (1.0 - r)
@@ -117,6 +149,7 @@ def solve(
     occupancy = first / denom + big_b * tail_mass
     out[NUM], out[OCC], out[QUEUE] = occupancy + queue, occupancy, queue
     out[P_EMPTY], out[P_WAIT] = w[0] / denom, tail_mass
+    return low, high
 
 
 @compiled
@@ -150,10 +183,15 @@ def _solve_finite(
 
 
 @compiled
-def pmf(big_b: int, max_queue: int, log_r: float, w: FloatArray, stable: bool, out: FloatArray) -> None:
-    """pi_i for i = 0..B-1 and P(i >= B) into out[0..B], from the head weights w of `solve`;
-    unstable rates put all mass on B."""
-    for i in range(big_b + 1):
+def pmf(
+    big_b: int, max_queue: int, log_r: float, w: FloatArray, filled: tuple[int, int],
+    stable: bool, out: FloatArray,
+) -> None:
+    """pi_i for i = 0..B-1 and P(i >= B) into out[0..B], from the head weights w of `solve`
+    (0 outside the states it filled); unstable rates put all mass on B."""
+    out[:] = 0.0
+    out[0], out[big_b] = w[0], w[big_b]
+    for i in range(filled[0], filled[1] + 1):
         out[i] = w[i]
     if not stable:
         out[:] = 0.0

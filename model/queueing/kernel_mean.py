@@ -102,11 +102,12 @@ def rate_outputs(
     states: FloatArray, rows: FloatArray, row: int, big_b: int, opts: FloatArray,
     rate_rps: float, synchronous: bool, log_p: FloatArray, w: FloatArray, sol: FloatArray,
     out: FloatArray,
-) -> None:
-    """Every output at one rate (req/s) into out[0..FIELDS); the chain into sol."""
+) -> tuple[int, int]:
+    """Every output at one rate (req/s) into out[0..FIELDS); the chain into sol and w (the
+    range of states `chain.solve` filled is returned)."""
     lam = rate_rps / 1000.0
     max_queue = int(opts[OPT_QUEUE])
-    chain.solve(states, row, big_b, max_queue, lam, log_p, w, sol)
+    filled = chain.solve(states, row, big_b, max_queue, lam, log_p, w, sol)
     stable = sol[chain.STABLE] > 0.0
     tau_1, tau_b = states[row, TAU, 0], states[row, TAU, big_b - 1]
     sat = big_b / tau_b
@@ -146,6 +147,7 @@ def rate_outputs(
         for k in (TTFT, ITL, WAIT, PREFILL, RESPONSE, NUM, QUEUE):
             out[k] = np.inf
         out[SERVICE] = tau_b
+    return filled
 
 
 @compiled
@@ -164,12 +166,12 @@ def evaluate(
     per_row = states.shape[0] > 1
     for j in range(count):
         row = j if per_row else 0
-        rate_outputs(states, rows, row, big_b, opts, rates_rps[j], synchronous[j], log_p, w,
-                     sol, col)  # fmt: skip
+        filled = rate_outputs(states, rows, row, big_b, opts, rates_rps[j], synchronous[j],
+                              log_p, w, sol, col)  # fmt: skip
         out[:, j] = col
         if want_pmf:
             stable = sol[chain.STABLE] > 0.0
-            chain.pmf(big_b, int(opts[OPT_QUEUE]), sol[chain.LOG_R], w, stable, pmf[j])
+            chain.pmf(big_b, int(opts[OPT_QUEUE]), sol[chain.LOG_R], w, filled, stable, pmf[j])
     return out, pmf
 
 

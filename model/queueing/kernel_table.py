@@ -29,9 +29,10 @@ from model.queueing.jit import compiled
 
 FloatArray = NDArray[np.float64]
 
-# Fields of `states` (rows, STATE_FIELDS, B + 1).
-CHUNKS, W_PREF, DELTA, TAU, LOG_MU, CUM_LOG_MU, MU, INV_MU = range(8)
-STATE_FIELDS = 8
+# Fields of `states` (rows, STATE_FIELDS, B + 1). MAX_MU: max_{j<=i} mu_j; MIN_LOG_MU:
+# min_{j>=i} log mu_j (they bound where the chain's weights can still rise).
+CHUNKS, W_PREF, DELTA, TAU, LOG_MU, CUM_LOG_MU, MU, INV_MU, MAX_MU, MIN_LOG_MU = range(10)
+STATE_FIELDS = 10
 # Fields of `rows` (rows, ROW_FIELDS).
 ALPHA, W_DEC, OUTPUT, PREFILL_TOKENS = range(4)
 ROW_FIELDS = 4
@@ -94,6 +95,7 @@ def build_states(
     refined, hit, hit2, kappa, cv2n, cv2m = work[0] > 0.0, work[1], work[2], work[3], work[4], work[5]
     count = n.shape[0]
     states = np.zeros((count, STATE_FIELDS, big_b + 1))
+    log_occ = np.log(np.arange(1.0, big_b + 1.0))  # shared by the rows
     rows = np.empty((count, ROW_FIELDS))
     for k in range(count):
         nk, mk, a, b, g = n[k], m[k], alpha[k], beta[k], gamma[k]
@@ -105,7 +107,7 @@ def build_states(
             attention = b * kappa * nk * nk * (1.0 + cv2n) * (1.0 - hit2) / 2.0
             w_dec = w_dec + g * mk * mk * cv2m / 2.0
         one = chunk_threshold(1.0, n_comp, mk, budget) >= big_b
-        cum = 0.0
+        cum, top_mu = 0.0, 0.0
         for i in range(1, big_b + 1):
             c = 1.0 if one else chunk_count(float(i), n_comp, mk, budget)
             w_pref = b * n_comp + g * n_comp * (c + 1.0) / 2.0 + g * c * (nk - n_comp)
@@ -114,7 +116,7 @@ def build_states(
             w_total = w_pref + w_dec
             occ = float(i)
             tau = (c + mk) * a + occ * w_total
-            log_mu = math.log(occ) - math.log(tau)
+            log_mu = log_occ[i - 1] - math.log(tau)
             cum = cum + log_mu  # np.cumsum's order
             col = i - 1
             states[k, CHUNKS, col] = c
@@ -125,6 +127,12 @@ def build_states(
             states[k, CUM_LOG_MU, i] = cum
             states[k, MU, col] = occ / tau
             states[k, INV_MU, col] = tau / occ
+            top_mu = max(top_mu, occ / tau)
+            states[k, MAX_MU, col] = top_mu
+        low = np.inf
+        for col in range(big_b - 1, -1, -1):
+            low = min(low, states[k, LOG_MU, col])
+            states[k, MIN_LOG_MU, col] = low
         rows[k, ALPHA] = a
         rows[k, W_DEC] = w_dec
         rows[k, OUTPUT] = mk
