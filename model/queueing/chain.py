@@ -27,7 +27,6 @@ from model.queueing import kernel_mean, kernel_table
 from model.queueing.kernel_table import (
     CHUNKS,
     CUM_LOG_MU,
-    DELTA,
     LOG_MU,
     OUTPUT,
     PREFILL_TOKENS,
@@ -94,7 +93,10 @@ class StateTable:
     @property
     def delta_ms(self) -> FloatArray:
         """delta(c) = (W_pref + W_dec) / (c + m): mean work per iteration of one request."""
-        return self._field(DELTA)
+        out: FloatArray = (self.w_pref_ms + self.w_dec_ms) / (
+            self._field(CHUNKS) + self.avg_output_tokens
+        )
+        return out
 
     @property
     def tau_ms(self) -> FloatArray:

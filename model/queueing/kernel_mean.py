@@ -22,7 +22,6 @@ from model.queueing.kernel_arrivals import (
 from model.queueing.kernel_table import (
     ALPHA,
     CHUNKS,
-    DELTA,
     OUTPUT,
     PREFILL_TOKENS,
     TAU,
@@ -130,7 +129,9 @@ def rate_outputs(
     else:
         col = int(min(max(np.floor(occ + 0.5), 1.0), float(big_b))) - 1
         chunks = states[row, CHUNKS, col]
-        background = max(0.0, rows[row, ALPHA] + (occ - 1.0) * states[row, DELTA, col])
+        # delta(c) = (W_pref + W_dec) / (c + m): mean work per iteration of one request.
+        delta = (states[row, W_PREF, col] + rows[row, W_DEC]) / (chunks + rows[row, OUTPUT])
+        background = max(0.0, rows[row, ALPHA] + (occ - 1.0) * delta)
         prefill = chunks * background + states[row, W_PREF, col]
         itl = (service - prefill) / rows[row, OUTPUT]
         out[TTFT], out[ITL], out[PREFILL], out[CHUNK_COUNT] = wait + prefill + itl, itl, prefill, chunks

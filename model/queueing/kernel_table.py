@@ -31,8 +31,8 @@ FloatArray = NDArray[np.float64]
 
 # Fields of `states` (rows, STATE_FIELDS, B + 1). MAX_MU: max_{j<=i} mu_j; MIN_LOG_MU:
 # min_{j>=i} log mu_j (they bound where the chain's weights can still rise).
-CHUNKS, W_PREF, DELTA, TAU, LOG_MU, CUM_LOG_MU, MU, INV_MU, MAX_MU, MIN_LOG_MU = range(10)
-STATE_FIELDS = 10
+CHUNKS, W_PREF, TAU, LOG_MU, CUM_LOG_MU, MU, INV_MU, MAX_MU, MIN_LOG_MU = range(9)
+STATE_FIELDS = 9
 # Fields of `rows` (rows, ROW_FIELDS).
 ALPHA, W_DEC, OUTPUT, PREFILL_TOKENS = range(4)
 ROW_FIELDS = 4
@@ -46,25 +46,12 @@ def chunk_threshold(c: float, n: float, m: float, budget: float) -> float:
 
 
 @compiled
-def chunk_count(i: float, n: float, m: float, budget: float) -> float:
-    """c(i) = min {c >= 1 : thr(c) >= i} for a prompt of n computed tokens and m outputs.
-
-    The closed form c(i) = max(1, ceil(c*)), with c* the positive root of
-    M c^2 + (m M - n - i (n+m)) c - m n = 0, is exact up to float rounding; one correction
-    step against thr(c) (strictly increasing in c) makes it equal the iterative definition.
-    """
-    b = m * budget - n - i * (n + m)
-    sqrt_d = math.sqrt(b * b + 4.0 * budget * m * n)
-    # Two algebraically equal forms of the positive root; each avoids cancellation on its side.
-    root = 2.0 * m * n / (sqrt_d + b) if b >= 0 else (sqrt_d - b) / (2.0 * budget)
-    if math.isnan(root):  # 0 / 0: no prompt tokens
-        root = 0.0
-    c = max(1.0, np.ceil(root))
-    if chunk_threshold(c, n, m, budget) < i:
+def chunk_count(c: float, i: float, n: float, m: float, budget: float) -> float:
+    """c(i) = min {c' >= c : thr(c') >= i} for a prompt of n computed tokens and m outputs,
+    from a lower bound c >= 1: with c = c(i - 1) (c(i) is non-decreasing in i, thr strictly
+    increasing in c), this is c(i) = min {c >= 1 : thr(c) >= i} in amortised one step."""
+    while chunk_threshold(c, n, m, budget) < i:
         c = c + 1.0
-    lower = max(1.0, c - 1.0)
-    if c > 1.0 and chunk_threshold(lower, n, m, budget) >= i:
-        c = lower
     return c
 
 
@@ -72,9 +59,10 @@ def chunk_count(i: float, n: float, m: float, budget: float) -> float:
 def fill_chunks(n: FloatArray, m: FloatArray, budget: float, big_b: int, out: FloatArray) -> None:
     """out[row, i - 1] = c(i) for i = 1..B per request shape (n, m)."""
     for k in range(n.shape[0]):
-        one = chunk_threshold(1.0, n[k], m[k], budget) >= big_b  # the budget holds a prompt
+        c = 1.0
         for i in range(1, big_b + 1):
-            out[k, i - 1] = 1.0 if one else chunk_count(float(i), n[k], m[k], budget)
+            c = chunk_count(c, float(i), n[k], m[k], budget)
+            out[k, i - 1] = c
 
 
 @compiled
@@ -94,7 +82,9 @@ def build_states(
     passes h = 0 and no extra terms)."""
     refined, hit, hit2, kappa, cv2n, cv2m = work[0] > 0.0, work[1], work[2], work[3], work[4], work[5]
     count = n.shape[0]
-    states = np.zeros((count, STATE_FIELDS, big_b + 1))
+    states = np.empty((count, STATE_FIELDS, big_b + 1))
+    states[:, :, big_b] = 0.0  # column B is CUM_LOG_MU's only
+    states[:, CUM_LOG_MU, 0] = 0.0
     log_occ = np.log(np.arange(1.0, big_b + 1.0))  # shared by the rows
     rows = np.empty((count, ROW_FIELDS))
     for k in range(count):
@@ -106,10 +96,11 @@ def build_states(
             # The refined terms (module docstring).
             attention = b * kappa * nk * nk * (1.0 + cv2n) * (1.0 - hit2) / 2.0
             w_dec = w_dec + g * mk * mk * cv2m / 2.0
-        one = chunk_threshold(1.0, n_comp, mk, budget) >= big_b
-        cum, top_mu = 0.0, 0.0
+        one = chunk_threshold(1.0, n_comp, mk, budget) >= big_b  # the budget holds a prompt
+        cum, top_mu, c = 0.0, 0.0, 1.0
         for i in range(1, big_b + 1):
-            c = 1.0 if one else chunk_count(float(i), n_comp, mk, budget)
+            if not one:
+                c = chunk_count(c, float(i), n_comp, mk, budget)
             w_pref = b * n_comp + g * n_comp * (c + 1.0) / 2.0 + g * c * (nk - n_comp)
             if refined:
                 w_pref = w_pref + attention
@@ -121,7 +112,6 @@ def build_states(
             col = i - 1
             states[k, CHUNKS, col] = c
             states[k, W_PREF, col] = w_pref
-            states[k, DELTA, col] = w_total / (c + mk)
             states[k, TAU, col] = tau
             states[k, LOG_MU, col] = log_mu
             states[k, CUM_LOG_MU, i] = cum
