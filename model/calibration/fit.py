@@ -302,8 +302,9 @@ def _trust_region(
         xtol=TOLERANCE,
         gtol=1e-8,
         max_nfev=max_nfev,
-        # The three forward-difference columns of each Jacobian in one model call.
-        workers=objective.map,
+        # The three forward-difference columns of each Jacobian in one model call (scipy-stubs
+        # types `workers` as a generic map, which a method on float arrays is not).
+        workers=objective.map,  # type: ignore[arg-type]
     )
     return np.clip(out.x, LOG_LOWER, LOG_UPPER), out.status == 0
 

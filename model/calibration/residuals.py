@@ -88,22 +88,21 @@ class FitProblem:
     def size(self) -> int:
         return int(self.rate_rps.shape[0])
 
-    def predict_many(
-        self, params: Sequence[ServiceParams]
-    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def predict_many(self, theta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Model TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) per point under
-        each parameter vector, shape (vectors, points): one compiled call per group."""
-        self.evaluations += len(params)
+        each parameter vector theta[p] = (alpha, beta, gamma) (ms), shape (P, points): one
+        compiled call per group."""
+        self.evaluations += theta.shape[0]
         if len(self.groups) == 1:
             cfg, options = self.groups[0][0], self.groups[0][1]
             return point_latencies(
-                params, cfg, self.n_tokens, self.m_tokens, self.rate_rps,
+                theta, cfg, self.n_tokens, self.m_tokens, self.rate_rps,
                 options=options, synchronous=self.synchronous,
             )  # fmt: skip
-        ttft, itl, sat = (np.empty((len(params), self.size)) for _ in range(3))
+        ttft, itl, sat = (np.empty((theta.shape[0], self.size)) for _ in range(3))
         for cfg, options, idx in self.groups:
             out = point_latencies(
-                params, cfg, self.n_tokens[idx], self.m_tokens[idx], self.rate_rps[idx],
+                theta, cfg, self.n_tokens[idx], self.m_tokens[idx], self.rate_rps[idx],
                 options=options, synchronous=self.synchronous[idx],
             )  # fmt: skip
             ttft[:, idx], itl[:, idx], sat[:, idx] = out
@@ -111,7 +110,7 @@ class FitProblem:
 
     def predict(self, params: ServiceParams) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Model TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) per point."""
-        ttft, itl, sat = self.predict_many([params])
+        ttft, itl, sat = self.predict_many(np.array([params.as_tuple()]))
         return ttft[0], itl[0], sat[0]
 
     def relative_errors(self, params: ServiceParams) -> tuple[FloatArray, FloatArray]:
@@ -126,17 +125,15 @@ class FitProblem:
     def residuals_many(self, xs: Sequence[FloatArray]) -> list[FloatArray]:
         """Weighted residual vectors [TTFT errors, ITL errors] at each log-parameter vector;
         overloaded points get a finite penalty growing with the overload."""
-        ttft, itl, sat = self.predict_many([params_from_log(x) for x in xs])
-        out = []
-        for k in range(len(xs)):
-            errors = np.stack(
-                [(ttft[k] - self.ttft_ms) / self.ttft_ms, (itl[k] - self.itl_ms) / self.itl_ms],
-                1,
-            )
-            penalty = UNSTABLE_RESIDUAL * (self.rate_rps / sat[k])[:, np.newaxis]
-            errors = np.where(np.isfinite(errors), errors, penalty)
-            out.append((errors * self.sqrt_weight[:, np.newaxis]).T.reshape(-1))
-        return out
+        theta = np.exp(np.clip(np.array(xs), LOG_LOWER, LOG_UPPER))  # as params_from_log
+        ttft, itl, sat = self.predict_many(theta)
+        errors = np.stack(
+            [(ttft - self.ttft_ms) / self.ttft_ms, (itl - self.itl_ms) / self.itl_ms], 2
+        )
+        penalty = UNSTABLE_RESIDUAL * (self.rate_rps / sat)[:, :, np.newaxis]
+        errors = np.where(np.isfinite(errors), errors, penalty)
+        weighted = (errors * self.sqrt_weight[:, np.newaxis]).transpose(0, 2, 1)
+        return list(weighted.reshape(theta.shape[0], -1))
 
     def residuals(self, x: FloatArray) -> FloatArray:
         """`residuals_many` at one log-parameter vector."""
@@ -171,9 +168,14 @@ class PenalizedProblem:
         data = self.problem.residuals_many(xs)
         if self._centre is None:
             return data
-        return [np.concatenate([d, self._scale * (x - self._centre)]) for d, x in zip(data, xs, strict=True)]
+        return [
+            np.concatenate([d, self._scale * (x - self._centre)])
+            for d, x in zip(data, xs, strict=True)
+        ]
 
-    def map(self, fun: Callable[[FloatArray], FloatArray], xs: Iterable[FloatArray]) -> list[FloatArray]:
+    def map(
+        self, fun: Callable[[FloatArray], FloatArray], xs: Iterable[FloatArray]
+    ) -> list[FloatArray]:
         """A map-like for scipy's finite differences (`workers`): the Jacobian's columns of
         `residuals` in one model call. `fun` is scipy's wrapper of `residuals` itself."""
         return self.residuals_many(list(xs))

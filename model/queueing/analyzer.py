@@ -12,14 +12,13 @@ or the paper's; the chain and every other output are shared.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.queueing import kernel_mean, kernel_table
+from model.queueing import kernel_mean
 from model.queueing.chain import (
     StateTable,
     evaluate,
@@ -78,14 +77,16 @@ def analyze(
     options: ModelOptions = DEFAULT_MODEL,
 ) -> Analysis:
     """Evaluate the model at a scalar rate or a 1-D array of rates (req/s, each >= 0)."""
-    if type(rate_rps) in (float, int) and math.isfinite(rate_rps) and rate_rps >= 0:
-        # One rate: the table and the chain in one compiled call, no intermediate arrays.
-        out = kernel_mean.analyze_one(
-            workload.avg_input_tokens, workload.avg_output_tokens, params.as_tuple(),
-            server.max_batch_size, work_options(options), kernel_options(server, options),
-            float(rate_rps),
-        )  # fmt: skip
-        return _scalar_analysis(out.tolist(), float(rate_rps))
+    if isinstance(rate_rps, float | int) and not isinstance(rate_rps, bool):
+        rate = float(rate_rps)
+        if math.isfinite(rate) and rate >= 0:
+            # One rate: the table and the chain in one compiled call, no intermediate arrays.
+            out = kernel_mean.analyze_one(
+                workload.avg_input_tokens, workload.avg_output_tokens, params.as_tuple(),
+                server.max_batch_size, work_options(options), kernel_options(server, options),
+                rate,
+            )  # fmt: skip
+            return _scalar_analysis(out.tolist(), rate)
     rates = require_rates("rate_rps", rate_rps)
     return analyze_table(workload_table(params, server, workload, options=options), rates)
 
@@ -141,7 +142,7 @@ _FIELD_ROWS = {
 
 
 def point_latencies(
-    params: Sequence[ServiceParams],
+    theta: FloatArray,
     server: ServerConfig,
     avg_input_tokens: FloatArray,
     avg_output_tokens: FloatArray,
@@ -152,25 +153,12 @@ def point_latencies(
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) of K operating points
     (validated 1-D arrays of length K, as for `analyze_points`) under each of P parameter
-    vectors, evaluated in one compiled call: three arrays of shape (P, K)."""
-    count, points = len(params), rate_rps.shape[0]
-    each = np.array([p.as_tuple() for p in params]).repeat(points, axis=0)
-    states, rows = kernel_table.build_states(
-        np.tile(avg_input_tokens, count), np.tile(avg_output_tokens, count),
-        np.ascontiguousarray(each[:, 0]), np.ascontiguousarray(each[:, 1]),
-        np.ascontiguousarray(each[:, 2]), server.max_batch_size,
-        float(server.max_num_batched_tokens), work_options(options),
+    vectors theta[p] = (alpha, beta, gamma) (ms), in one compiled call: shape (P, K) each."""
+    out: tuple[FloatArray, FloatArray, FloatArray] = kernel_mean.point_outputs(
+        avg_input_tokens, avg_output_tokens, rate_rps, synchronous, theta,
+        server.max_batch_size, work_options(options), kernel_options(server, options),
     )  # fmt: skip
-    out, _ = kernel_mean.evaluate(
-        states, rows, kernel_options(server, options), np.tile(rate_rps, count),
-        np.tile(synchronous, count), False,
-    )  # fmt: skip
-    shape = (count, points)
-    return (
-        out[kernel_mean.TTFT].reshape(shape),
-        out[kernel_mean.ITL].reshape(shape),
-        out[kernel_mean.SATURATION].reshape(shape),
-    )
+    return out
 
 
 def analyze_table(

@@ -2,8 +2,8 @@
 
 Every request is the mean one (n, m): c(i) prefill chunks then m decode steps, with work
 W_pref(c) = beta n + gamma n (c+1)/2 and W_dec = beta m + gamma m (n + (m+1)/2) (the refined
-variant adds the terms of kernel_table.py, and with a prefix-cache hit ratio h computes only (1 - h) n
-prompt tokens, each chunk reading the cached h n as well; the decode context keeps all n).
+variant adds the terms of kernel_table.py, and with a prefix-cache hit ratio h computes only
+(1 - h) n prompt tokens, each chunk reading the cached h n as well; the decode context keeps n).
 With i in the batch the service time is tau(i) = (c(i) + m) alpha + i (W_pref + W_dec). The
 chain counts requests in the system: up-rate lambda, down-rate mu_i = min(i, B) / tau(min(i, B));
 so p_i = p_0 prod_{j<=i} lambda / mu_j, summed as logs and normalised after subtracting the

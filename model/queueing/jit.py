@@ -37,25 +37,25 @@ def _kernel_stamp() -> str:
     return digest.hexdigest()
 
 
-class _UserDirLocator(caching.UserProvidedCacheLocator):  # type: ignore[misc]
+class _UserDirLocator(caching.UserProvidedCacheLocator):
     """NUMBA_CACHE_DIR, keyed to the whole kernel's sources."""
 
     def get_source_stamp(self) -> str:
         return _kernel_stamp()
 
 
-class _InTreeLocator(caching.InTreeCacheLocator):  # type: ignore[misc]
+class _InTreeLocator(caching.InTreeCacheLocator):
     """__pycache__ beside the sources, keyed to the whole kernel's sources."""
 
     def get_source_stamp(self) -> str:
         return _kernel_stamp()
 
 
-class _KernelCacheImpl(caching.CompileResultCacheImpl):  # type: ignore[misc]
+class _KernelCacheImpl(caching.CompileResultCacheImpl):
     _locator_classes = [_UserDirLocator, _InTreeLocator, *caching.CacheImpl._locator_classes]
 
 
-class _KernelCache(caching.FunctionCache):  # type: ignore[misc]
+class _KernelCache(caching.FunctionCache):
     _impl_class = _KernelCacheImpl
 
 
@@ -66,6 +66,7 @@ def compiled(fn: _F) -> _F:
     reassociation: the results are those of the Python expressions, operation for operation.
     """
     dispatcher = numba.njit(error_model="numpy", nogil=True)(fn)
+    kernel_cache = _KernelCache(fn)  # type: ignore[no-untyped-call]
     # What njit(cache=True) sets up (Dispatcher.enable_caching), with the kernel-wide key.
-    dispatcher._cache = _KernelCache(fn)
+    dispatcher._cache = kernel_cache  # type: ignore[attr-defined]
     return cast(_F, dispatcher)

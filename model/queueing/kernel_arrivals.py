@@ -26,7 +26,7 @@ def seen_at_constant_rate(service_ms: float, rate_per_ms: float) -> float:
     k2 = max(np.ceil(3.0 * x1) - 1.0, 0.0)  # k with k/lambda < 3S/2: possibly present
     # On the ramp P(S_r > t) = (3a - t)/(2a) with t = k/lambda; summed over k1 < k <= k2.
     pairs = k2 * (k2 + 1.0) - k1 * (k1 + 1.0)
-    return k1 + (1.5 * (k2 - k1) - pairs / (4.0 * x1))
+    return float(k1 + (1.5 * (k2 - k1) - pairs / (4.0 * x1)))
 
 
 @compiled

@@ -113,7 +113,8 @@ def unit_weights(
         first += i * x
         high = i
         room = big_b - i
-        if log_lam <= min_log_mu[i] and room * x <= DROP * total and room * big_b * x <= DROP * first:
+        rising = log_lam > min_log_mu[i]
+        if not rising and room * x <= DROP * total and room * big_b * x <= DROP * first:
             break
     return total, first, low, high
 

@@ -134,7 +134,8 @@ def rate_outputs(
         background = max(0.0, rows[row, ALPHA] + (occ - 1.0) * delta)
         prefill = chunks * background + states[row, W_PREF, col]
         itl = (service - prefill) / rows[row, OUTPUT]
-        out[TTFT], out[ITL], out[PREFILL], out[CHUNK_COUNT] = wait + prefill + itl, itl, prefill, chunks
+        out[TTFT], out[ITL] = wait + prefill + itl, itl
+        out[PREFILL], out[CHUNK_COUNT] = prefill, chunks
     out[STABLE] = 1.0 if stable else 0.0
     out[THROUGHPUT] = accepted * 1000.0
     out[WAIT], out[SERVICE], out[RESPONSE] = wait, service, response
@@ -192,3 +193,29 @@ def analyze_one(
     sol, out = np.empty(chain.CHAIN_FIELDS), np.empty(FIELDS)
     rate_outputs(states, rows, 0, big_b, opts, rate_rps, False, log_p, w, sol, out)
     return out
+
+
+@compiled
+def point_outputs(
+    n: FloatArray, m: FloatArray, rates_rps: FloatArray, synchronous: NDArray[np.bool_],
+    theta: FloatArray, big_b: int, work: FloatArray, opts: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """TTFT, ITL (ms) and saturation rate (req/s), shape (P, K), of K points (request shape,
+    rate) under each of P parameter vectors theta[p] = (alpha, beta, gamma) (ms)."""
+    count, points = theta.shape[0], n.shape[0]
+    size = count * points
+    nn, mm, rr, ss = np.empty(size), np.empty(size), np.empty(size), np.empty(size, np.bool_)
+    a, b, g = np.empty(size), np.empty(size), np.empty(size)
+    for p in range(count):
+        for k in range(points):
+            j = p * points + k
+            nn[j], mm[j], rr[j], ss[j] = n[k], m[k], rates_rps[k], synchronous[k]
+            a[j], b[j], g[j] = theta[p, 0], theta[p, 1], theta[p, 2]
+    states, rows = kernel_table.build_states(nn, mm, a, b, g, big_b, opts[OPT_BUDGET], work)
+    out, _ = evaluate(states, rows, opts, rr, ss, False)
+    shape = (count, points)
+    return (
+        out[TTFT].copy().reshape(shape),
+        out[ITL].copy().reshape(shape),
+        out[SATURATION].copy().reshape(shape),
+    )

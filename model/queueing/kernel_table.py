@@ -42,7 +42,7 @@ ROW_FIELDS = 4
 def chunk_threshold(c: float, n: float, m: float, budget: float) -> float:
     """thr(c) = floor(max(0, (c + m)(M - n/c) / (n + m))): the largest batch whose mean token
     load plus one more n/c chunk fits the budget M."""
-    return np.floor(max(0.0, (c + m) * (budget - n / c) / (n + m)))
+    return float(np.floor(max(0.0, (c + m) * (budget - n / c) / (n + m))))
 
 
 @compiled
@@ -80,7 +80,8 @@ def build_states(
 
     `work` = [refined (0/1), prefix hit ratio h, h^2, kappa, cv_n^2, cv_m^2] (the paper variant
     passes h = 0 and no extra terms)."""
-    refined, hit, hit2, kappa, cv2n, cv2m = work[0] > 0.0, work[1], work[2], work[3], work[4], work[5]
+    refined, hit, hit2, kappa = work[0] > 0.0, work[1], work[2], work[3]
+    cv2n, cv2m = work[4], work[5]
     count = n.shape[0]
     states = np.empty((count, STATE_FIELDS, big_b + 1))
     states[:, :, big_b] = 0.0  # column B is CUM_LOG_MU's only
