@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtr
 
+from model.queueing import kernel_samples
 from model.queueing.chain import StateTable
 from model.queueing.refined import seen_at_constant_rate
 
@@ -91,15 +92,6 @@ def inverse_cdf(pmf: FloatArray, u: FloatArray) -> NDArray[np.intp]:
     i with P(state <= i) > u. Shape (rates, len(u))."""
     cdf = np.cumsum(pmf, axis=1)
     cdf /= cdf[:, -1:]
-    rows, states = cdf.shape
-    # Row k's CDF and levels live in [2k, 2k+1]: all rows at once. The state at a level counts
-    # the CDF values at or below it; placing the few CDF values among the sorted levels and
-    # counting up is cheaper than searching for every level.
-    offset = 2.0 * np.arange(rows, dtype=np.float64)[:, np.newaxis]
-    order = np.argsort(u)
-    levels = (u[order][np.newaxis, :] + offset).reshape(-1)
-    place = np.searchsorted(levels, (cdf + offset).reshape(-1), side="left")
-    below = np.cumsum(np.bincount(place, minlength=levels.size + 1)[:-1]).reshape(rows, -1)
-    state = np.empty(below.shape, dtype=np.intp)
-    state[:, order] = np.clip(below - np.arange(rows)[:, np.newaxis] * states, 0, states - 1)
-    return state
+    levels = np.ascontiguousarray(u, dtype=np.float64)
+    drawn: NDArray[np.intp] = kernel_samples.states_at_levels(cdf, levels, np.argsort(levels))
+    return drawn
