@@ -25,6 +25,7 @@ from exporter.config_loader import listen_problem, load_config
 from exporter.daemon import Daemon
 from exporter.errors import ConfigError
 from exporter.exposition import BuildInfoCollector
+from exporter.log_lines import log_unexpected
 from exporter.operation_metrics import SkippedEvent
 from exporter.reading.arrival_sampler import build_samplers
 from exporter.scheduler import PeriodicScheduler
@@ -134,14 +135,23 @@ def run_daemon(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    # The model's compiled kernel, with the server already answering (a cold compile takes
-    # seconds; the scheduler's liveness window starts when it does).
-    started = clock.monotonic()
-    compile_model_kernel()
-    logger.info("model kernel ready in %.1fs", clock.monotonic() - started)
     for sampler in samplers.values():
         sampler.start()
-    scheduler.start()
+
+    def start_cycles() -> None:
+        # The model's compiled kernel first (seconds when not cached), with the server already
+        # answering; the scheduler's liveness window starts with it. On its own thread so that
+        # a signal during the compile stops the daemon at once.
+        started = clock.monotonic()
+        try:
+            compile_model_kernel()
+        except Exception as exc:  # the cycles meet the same error, counted and logged
+            log_unexpected(logger, "compiling the model kernel raised", exc)
+        logger.info("model kernel ready in %.1fs", clock.monotonic() - started)
+        if not stop.is_set():
+            scheduler.start()
+
+    threading.Thread(target=start_cycles, name="vllm-sizer-compile", daemon=True).start()
     try:
         stop.wait()
     finally:
