@@ -60,3 +60,54 @@ def first_crossing(
         if high - low <= rel_width * max(low, lo):
             return low, True
         start, stop, count = low, high, refine
+
+
+@compiled
+def _metric_and_chunks(
+    states: FloatArray, rows: FloatArray, opts: FloatArray, metric: int, rate: float,
+    log_p: FloatArray, w: FloatArray, sol: FloatArray, col: FloatArray,
+) -> tuple[float, float]:
+    mean.rate_outputs(states, rows, 0, states.shape[2] - 1, opts, rate, False, log_p, w, sol, col)
+    return col[metric], col[mean.CHUNK_COUNT]
+
+
+@compiled
+def tooth_crossing(
+    states: FloatArray, rows: FloatArray, opts: FloatArray, metric: int, target: float,
+    lo: float, end: float, max_teeth: int, rel_width: float,
+) -> tuple[float, bool]:
+    """The first crossing below `end` (req/s) at a chunk-count step ("tooth") that a grid can
+    miss: ITL falls where the chunk count steps up, so an excursion over the target can sit in
+    a sliver just below a step. Each step between lo and end is located by bisection (the chunk
+    count grows with the rate) and the metric read just below it; at the first step where it is
+    over, the crossing is searched on the segment that ends there. (end, True) when no step
+    shows an excursion, or when there are more than max_teeth steps (not checked)."""
+    big_b = states.shape[2] - 1
+    log_p, w = np.empty(big_b + 1), np.empty(big_b + 1)
+    sol, col = np.empty(chain.CHAIN_FIELDS), np.empty(mean.FIELDS)
+    _, c_lo = _metric_and_chunks(states, rows, opts, metric, lo, log_p, w, sol, col)
+    _, c_end = _metric_and_chunks(states, rows, opts, metric, end, log_p, w, sol, col)
+    if c_end - c_lo > max_teeth:
+        return end, True
+    seg_lo, last_within = lo, lo
+    chunks = c_lo
+    while chunks < c_end:
+        # The largest rate whose chunk count is still `chunks` (to 1e-13 relative).
+        below, above = seg_lo, end
+        value = 0.0
+        while above - below > 1e-13 * above:
+            mid = 0.5 * (below + above)
+            v, c = _metric_and_chunks(states, rows, opts, metric, mid, log_p, w, sol, col)
+            if c <= chunks:
+                below, value = mid, v
+            else:
+                above = mid
+        if below > seg_lo and value > target:
+            rate, feasible = first_crossing(
+                states, rows, opts, metric, target, seg_lo, below, 48, 32, rel_width
+            )
+            # Over already where the step lands: the crossing is the step itself.
+            return (rate, True) if feasible else (last_within, True)
+        _, chunks = _metric_and_chunks(states, rows, opts, metric, above, log_p, w, sol, col)
+        seg_lo, last_within = above, below
+    return end, True

@@ -41,6 +41,7 @@ MIN_RATE_FRACTION = 1e-3
 SCAN_POINTS = 48  # first pass over [min, MaxRate]
 REFINE_POINTS = 32  # points per bracket in each refinement pass
 DENSE_SCAN_POINTS = 512  # second look where chunk steps can hide a crossing
+MAX_TEETH = 16  # chunk-count steps checked one by one (more: the dense scan alone)
 REFINE_REL_WIDTH = 1e-7  # stop when the bracket is this narrow relative to its lower end
 # Replica counts are ceil(total / capacity); forgive float noise in an exact multiple.
 CEIL_SLACK = 1e-9
@@ -128,10 +129,24 @@ def _first_crossing(
         rate = _crossing(table, name, target, lo, hi, SCAN_POINTS)
         if vary and rate is not None and rate > lo:
             # Chunk-count steps make ITL saw-toothed: an excursion over the target can hide
-            # between two scan points. Look again, densely, below the rate found.
+            # between two scan points. Look again, densely, below the rate found, and just
+            # below each step (an excursion can be narrower than the dense grid).
             rate = _crossing(table, name, target, lo, rate, DENSE_SCAN_POINTS)
+            if rate is not None and rate > lo:
+                rate = _tooth_crossing(table, name, target, lo, rate)
         found[name] = rate
     return found
+
+
+def _tooth_crossing(
+    table: StateTable, name: str, target: float, lo: float, end: float
+) -> float:
+    """The first crossing just below a chunk-count step under `end` (kernel_sizing.py)."""
+    rate, _ = kernel_sizing.tooth_crossing(
+        table.states, table.row_values, table.kernel_options, _METRIC_ROWS[name], target,
+        lo, end, MAX_TEETH, REFINE_REL_WIDTH,
+    )  # fmt: skip
+    return float(rate)
 
 
 def _crossing(
