@@ -56,7 +56,7 @@ test-vllm: venv
 	$(PY) -m pytest -m vllm tests/vllm -q
 
 # The sweep on a real vLLM, then the fit and its report in bench/results/, then the daemon live
-# on it through Prometheus (about 21 min).
+# on it through Prometheus (23-40 min on 2 cores, by their load).
 validate-vllm: venv prometheus
 	$(PY) -m bench.real_vllm.prepare
 	$(PY) -m bench.real_vllm.sweep

@@ -2,7 +2,10 @@
 
 vLLM (CPU build) runs on loopback; Debian's Prometheus scrapes its /metrics and the daemon's;
 `vllm-sizer run` reads vLLM's series from that Prometheus (`prometheus_selector`) every cycle,
-calibrates its tuner and exports its gauges. Our load generator steps the load through phases
+calibrates its tuner and exports its gauges. Before the daemon starts, this run probes vLLM on
+this host (live_probe.py): the load phases are fractions of each shape's burst saturation and the
+SLO targets multiples of the main shape's single-request TTFT and ITL, so the run asks the same
+of a fast host and a slow one. Our load generator steps the load through phases
 (two request shapes, several cycles each, started right after a daemon cycle so each window
 holds one load). After every cycle this script reads the daemon's /metrics: observed and
 predicted TTFT and ITL, desired and current replicas, reason, tuner state and parameters. At
@@ -10,7 +13,7 @@ the end it asks Prometheus for the daemon's series and for vLLM's metric names, 
 `live_report` writes `bench/results/real_vllm_live.{md,json,png}`. vLLM, Prometheus and the
 daemon are stopped whatever happens.
 
-Run from the repository root: `python -m bench.real_vllm.live` (about 7 minutes).
+Run from the repository root: `python -m bench.real_vllm.live` (7-10 minutes on 2 cores).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Reads `bench/results/real_vllm_sweep.json` (from `bench.real_vllm.sweep`). Each 
 observation is the collector's: arrival rate, token means, TTFT and token-weighted ITL from
 vLLM's own histograms. Points whose backlog grew (saturated, tuner spec §8) are left out of every
 fit. Three fits: all shapes (in-sample), and two held-out folds that each fit half the shapes in
-a checkerboard over (input, output) and predict the other half with the queueing model.
+a checkerboard over (input, output) and predict the other half with the queueing model. Then
+the predicted against observed attainment at vLLM's bucket bounds (bench/real_vllm/attainment.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.real_vllm import attainment
 from bench.real_vllm.sweep import INPUT_LENGTHS, OUTPUT_LENGTHS, RESULTS_DIR, SWEEP_JSON
 from model import FitResult, Observation, ServerConfig, ServiceParams, fit
 from model.queueing.analyzer import analyze_points
@@ -203,21 +205,37 @@ def main(argv: list[str] | None = None) -> int:
         "held_out_pooled": errors_pooled(folds[1:], obs) if len(folds) > 1 else None,
         "excluded_saturated": [i for i, o in enumerate(obs) if o is not None and o.queue_growing],
     }
+    every, held = attainment.sweep_attainment(points, obs, server, folds[0].fit.params,
+                                              [(f.fit.params, f.test) for f in folds[1:]])
+    summary["attainment"] = {"in_sample": attainment.summarize(every),
+                             "held_out": attainment.summarize(held) if held else None}
     document = {
         "sweep_meta": sweep["meta"],
         "fits": [{"name": f.name, "fit": f.fit.to_dict(), "train": f.train, "test": f.test,
                   "ttft_pred_ms": _json_floats(f.ttft_pred_ms),
                   "itl_pred_ms": _json_floats(f.itl_pred_ms)} for f in folds],
         "errors": summary,
+        "attainment": [attainment.to_json(a) for a in every],
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / FIT_JSON.name).write_text(json.dumps(document, indent=2) + "\n")
     plot(args.out_dir / PLOT_PNG.name, folds, obs)
-    (args.out_dir / REPORT_MD.name).write_text(markdown(sweep, folds, obs, summary, shape_of))
+    labels = [f"{s[0]}/{s[1]} at {p['rate_fraction']:.0%}" for s, p in zip(shape_of, points,
+                                                                             strict=True)]
+    report = [markdown(sweep, folds, obs, summary, shape_of),
+              *attainment.markdown(every, summary["attainment"]["in_sample"],
+                                   summary["attainment"]["held_out"], labels)]
+    (args.out_dir / REPORT_MD.name).write_text("\n".join(report))
     print(f"alpha {folds[0].fit.params.alpha_ms:.3f} ms, beta {folds[0].fit.params.beta_ms:.3g} ms,"
           f" gamma {folds[0].fit.params.gamma_ms:.3g} ms; in-sample TTFT/ITL error "
           f"{_pct(summary['in_sample']['ttft']['mean_abs_rel'])}/"
           f"{_pct(summary['in_sample']['itl']['mean_abs_rel'])}")
+    for point in every:
+        print(attainment.point_line(point, labels[point.index]))
+    for name, found in summary["attainment"]["in_sample"].items():
+        print(f"{name.upper()} attainment at the bucket bounds: mean |pred - obs| "
+              f"{attainment.points_text(found['mean_abs_gap_points'])} points over "
+              f"{found['bounds']} bounds of {found['points']} points")
     print(f"wrote {args.out_dir / REPORT_MD.name}, {FIT_JSON.name}, {PLOT_PNG.name}")
     return 0
 

@@ -6,8 +6,10 @@ steady-state capacity (its prefills run together, not between decode steps), so 
 already keeps most of the batch slots busy: about 70% of what the engine sustains. Each point is an
 open-loop Poisson run from our load generator; after a warm-up, the collector (`ScrapeSource` +
 `observe_deployment`) reads vLLM's own /metrics at the window's start, at two inner marks and at
-its end, so every point carries the whole-window observation and three sub-window ones. The
-load generator's own client-side numbers are kept beside them for comparison.
+its end, so every point carries the whole-window observation and three sub-window ones, each
+with the bucket counts its window added to vLLM's latency histograms (what the report's
+attainment at the bucket bounds is read from). The load generator's own client-side numbers are
+kept beside them for comparison.
 
 Run from the repository root: `python -m bench.real_vllm.sweep` (see `--help`); it writes
 `bench/results/real_vllm_sweep.json`, which `bench.real_vllm.report` turns into the fit, plot
@@ -36,6 +38,8 @@ from exporter.emulation.load_run import LoadResult, LoadSpec
 from exporter.emulation.loadgen import run_load
 from exporter.reading.observations import DeploymentObservation, observe_deployment
 from exporter.reading.sources import ScrapeSource, SourceRead
+from exporter.reading.vllm_metrics import HistogramName
+from model.calibration.histogram import WindowHistogram
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 SWEEP_JSON = RESULTS_DIR / "real_vllm_sweep.json"
@@ -52,6 +56,8 @@ SUB_WINDOWS = 3
 SATURATION_BURST = 80
 SINGLE_REQUEST_REPEATS = 3
 SEED = 20261201
+# The latency histograms whose window bucket counts each reading keeps.
+LATENCY_HISTOGRAMS = (HistogramName.TTFT_S, HistogramName.ITL_S, HistogramName.REQUEST_TPOT_S)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +84,23 @@ class ShapeProbe:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BucketDelta:
+    """What one histogram gained over a window: finite upper bounds (s), the count in each
+    bucket (one more: above the highest bound), the exact sum (s) and count."""
+
+    bounds_s: tuple[float, ...]
+    counts: tuple[float, ...]
+    sum_s: float
+    count: float
+
+    @classmethod
+    def of(cls, hist: WindowHistogram) -> BucketDelta:
+        """The record of a window's histogram."""
+        return cls(bounds_s=tuple(float(b) for b in hist.bounds),
+                   counts=tuple(float(c) for c in hist.counts), sum_s=hist.sum, count=hist.count)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WindowReading:
     """The collector's view of one window: rates (req/s), means (tokens, ms, requests)."""
 
@@ -95,6 +118,8 @@ class WindowReading:
     queue_growing: bool
     problems: tuple[str, ...]
     saturation: tuple[str, ...]
+    # LATENCY_HISTOGRAMS by name (vLLM's, without the prefix), where the window has buckets.
+    histograms: dict[str, BucketDelta] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +155,8 @@ def reading(obs: DeploymentObservation) -> WindowReading:
         queue_growing=obs.queue_growing,
         problems=tuple(str(p) for p in obs.problems),
         saturation=tuple(str(sign) for sign in obs.saturation),
+        histograms={name.value: BucketDelta.of(hist) for name in LATENCY_HISTOGRAMS
+                    if (hist := obs.windows.get(name)) is not None},
     )
 
 

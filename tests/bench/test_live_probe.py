@@ -3,16 +3,23 @@ after the probe's bursts."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from bench.real_vllm import live_report
 from bench.real_vllm.live_probe import (
     CYCLE_PERIOD_S,
     MAIN,
     PROMETHEUS_SCRAPE_S,
+    SLO_ITL_FACTOR,
+    SLO_TTFT_FACTOR,
     quiet_wait_s,
     slo_targets,
 )
-from bench.real_vllm.sweep import ShapeProbe
+from bench.real_vllm.sweep import Shape, ShapeProbe
+
+LIVE_JSON = live_report.RESULTS_DIR / f"{live_report.STEM}.json"
 
 
 def light(ttft_ms: float, itl_ms: float) -> ShapeProbe:
@@ -33,3 +40,18 @@ def test_the_daemon_waits_until_its_look_back_misses_the_probe() -> None:
     first_window_start = end + 1.0 + wait - CYCLE_PERIOD_S
     assert first_window_start >= end + PROMETHEUS_SCRAPE_S
     assert quiet_wait_s(end, now_s=end + 60.0) == 0.0
+
+
+def test_the_live_report_says_its_targets_come_from_its_probe() -> None:
+    """The committed live run's targets are its own probe's multiples, and its report says so
+    with the probe's figures (not the fixed targets of an older run)."""
+    doc = json.loads(LIVE_JSON.read_text())
+    main = f"{MAIN.input_tokens}/{MAIN.output_tokens}"
+    found = doc["probes"][main]
+    probed = ShapeProbe(**{**found, "shape": Shape(**found["shape"])})
+    slo = doc["meta"]["daemon_config"]["deployments"][0]["slo"]
+    assert (slo["ttft_ms"], slo["itl_ms"]) == pytest.approx(slo_targets(probed))
+    text = live_report.markdown(doc)
+    assert f"{SLO_TTFT_FACTOR:g}x the TTFT and {SLO_ITL_FACTOR:g}x the ITL of single {main}" in text
+    assert f"({probed.single_ttft_ms:.1f} ms, {probed.single_itl_ms:.2f} ms)" in text
+    assert "Chosen from the sweep" not in text
