@@ -160,7 +160,9 @@ def main(argv: list[str] | None = None) -> None:
         "within_limits": ok_time and ok_memory,
         "config": CONFIG,
         "report": {k: v for k, v in report.items() if k != "series"},
-        "table": done.stdout,
+        # The table without the line naming the temporary output files.
+        "table": "".join(line for line in done.stdout.splitlines(keepends=True)
+                         if not line.startswith("wrote ")),  # fmt: skip
     }
     path = RESULTS / "replay_trace.json"
     path.write_text(json.dumps(summary, indent=1))
