@@ -10,9 +10,11 @@ drain), one replica at the start and no known parameters. Arms:
   window filter, per-replica rate, `waiting_queue_grows`, 300 s scale-down stabilization);
 - throughput: the decode-throughput analyzer (paper §IX, Table II defaults);
 - look-ahead: the queueing arm sizing for the rising trend 90 s ahead (`look_ahead_s`).
-Each window is observed by a perfect collector (bench/closed_loop_support.py), every arm sees
-the same requests (one trace per scenario and seed), and its desired count is applied at the
-window's end. A cycle is over an SLO when its window's mean TTFT (ITL) exceeds the target;
+Each arm is one run of the replay engine (exporter/replay/engine.py, the engine of
+`vllm-sizer replay`): each window is observed by a perfect collector
+(exporter/replay/perfect.py), every arm sees the same requests (one trace per scenario and
+seed), and its desired count is applied at the window's end as it is (no HPA in between). A
+cycle is over an SLO when its window's mean TTFT (ITL) exceeds the target;
 "outside loading" leaves out the windows in which a replica asked for was still starting;
 "up-ramps" are the windows ending on a rising segment of Table IV or within 90 s after it.
 
@@ -32,13 +34,12 @@ import logging
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -49,7 +50,6 @@ from bench.closed_loop_report import (  # noqa: E402
     Cycle,
     Run,
     Scenario,
-    json_safe,
     plot_runs,
     print_combined,
     print_table,
@@ -57,19 +57,15 @@ from bench.closed_loop_report import (  # noqa: E402
     table_columns,
     window_gaps,
 )
-from bench.closed_loop_support import (  # noqa: E402
-    KV_CAPACITY_TOKENS,
-    WindowView,
-    observe_window,
-)
-from exporter.clock import ManualClock  # noqa: E402
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
-from exporter.daemon import Daemon  # noqa: E402
-from exporter.reading.observations import DeploymentObservation, WindowTracker  # noqa: E402
-from exporter.reading.sources import SourceRead  # noqa: E402
-from model.baselines.throughput_analyzer import ThroughputAnalyzer  # noqa: E402
-from model.queueing.params import ServerConfig, ServiceParams, Workload  # noqa: E402
-from model.simulation.simulator import Simulator  # noqa: E402
+from exporter.config import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
+from exporter.replay.arrivals import DrawnArrivals  # noqa: E402
+from exporter.replay.engine import ApplyAsIs, Engine, FleetSettings  # noqa: E402
+from exporter.replay.engine import Arm as EngineArm  # noqa: E402
+from exporter.replay.exposition import PerfectObserver  # noqa: E402
+from exporter.replay.perfect import KV_CAPACITY_TOKENS  # noqa: E402
+from exporter.replay.policies import OursPolicy, ThroughputPolicy  # noqa: E402
+from exporter.replay.report import json_safe  # noqa: E402
+from model.queueing.params import ServerConfig, ServiceParams  # noqa: E402
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, draw_trace  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -86,6 +82,15 @@ DEFAULT_SEEDS = 5
 QUICK_SECONDS = 1200.0  # --quick: the first 20 minutes (baseline, ramp, mid hold, ramp)
 # Up-ramps of Table IV (s) and the startup delay after each: where look-ahead should help.
 RAMP_UP_S = ((300.0, 480.0), (960.0, 1140.0))
+FLEET = FleetSettings(
+    params=LLAMA,
+    server=SERVER,
+    kv_capacity_tokens=KV_CAPACITY_TOKENS,
+    startup_delay_s=STARTUP_DELAY_S,
+    window_s=WINDOW_S,
+    sample_s=SAMPLE_S,
+    max_jump_s=MAX_JUMP_S,
+)
 
 
 SCENARIOS = (
@@ -105,114 +110,19 @@ class Arm(StrEnum):
     LOOK_AHEAD = "look-ahead"
 
 
-# -- the arms --------------------------------------------------------------------------------
-
-
-class _PreparedWindows(WindowTracker):
-    """Hands the daemon the observation the bench prepared, in place of two metric reads."""
-
-    def __init__(self) -> None:
-        super().__init__("sim")
-        self.next: DeploymentObservation | None = None
-
-    def observe(self, read: SourceRead) -> DeploymentObservation:
-        assert self.next is not None
-        return self.next
-
-
-class _NoSource:
-    """A source that reads nothing: the observation comes from `_PreparedWindows`."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self._clock = clock
-
-    def read(self) -> SourceRead:
-        return SourceRead(time_s=self._clock.time(), samples=())
-
-
-@dataclass(slots=True)
-class CycleInfo:
-    """What an arm reports about its decision besides the count."""
-
-    desired: int
-    reason: str
-    tuner_state: str = ""
-    capacity_rps: float | None = None  # the SLO capacity of one replica the decision used
-
-
-class DaemonArm:
-    """Our recommender through the daemon's own cycle (read, observe, tune, decide)."""
-
-    def __init__(
-        self,
-        scenario: Scenario,
-        look_ahead_s: float,
-        initial_params: ServiceParams | None = None,
-        server: ServerConfig = SERVER,
-        slo: SloConfig | None = None,
-    ) -> None:
-        dep = DeploymentConfig(
-            name="sim",
-            model_name="llama",
-            source=SourceConfig(scrape_urls=("http://sim",)),
-            server=server,
-            slo=slo or SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
-            max_replicas=MAX_REPLICAS,
-            look_ahead_s=look_ahead_s,
-            initial_params=initial_params,
-        )
-        self._clock = ManualClock(0.0)
-        self.daemon = Daemon(
-            Config(cycle_period_s=WINDOW_S, deployments=(dep,)),
-            {"sim": _NoSource(self._clock)},
-            CollectorRegistry(),
-            self._clock,
-        )
-        self._runtime = self.daemon.runtimes["sim"]
-        self._feed = _PreparedWindows()
-        self._runtime.tracker = self._feed
-
-    def decide(self, view: WindowView, now_s: float, provisioned: int) -> CycleInfo:
-        self._clock.advance(now_s - self._clock.time())
-        self._feed.next = view.observation
-        snapshot = self.daemon.run_cycle()
-        decision = snapshot.deployments[0].decision
-        desired = provisioned if decision.desired_replicas is None else decision.desired_replicas
-        return CycleInfo(
-            desired,
-            decision.reason.value,
-            self._runtime.tuner.state.value,
-            decision.max_rate_per_replica_rps,
-        )
-
-    @property
-    def params(self) -> ServiceParams | None:
-        return self._runtime.params
-
-
-class ThroughputArm:
-    """The decode-throughput analyzer; q is the count last asked for."""
-
-    def __init__(self) -> None:
-        self.analyzer = ThroughputAnalyzer()
-        self._workload: Workload | None = None
-        self.fits: list[str] = []
-
-    def decide(self, view: WindowView, now_s: float, provisioned: int) -> CycleInfo:
-        obs = view.observation
-        if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
-            self._workload = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
-        if self._workload is None or obs.ready_pods == 0:
-            return CycleInfo(provisioned, "no_workload")
-        fleet = view.fleet_state(provisioned, KV_CAPACITY_TOKENS)
-        plan = self.analyzer.recommend(
-            obs.arrival_rate_rps, self._workload, fleet, timestamp_s=now_s
-        )
-        self.fits.append(plan.fit.value)
-        return CycleInfo(min(plan.replicas, MAX_REPLICAS), f"{plan.status.value}/{plan.fit.value}")
-
-
 # -- one run ---------------------------------------------------------------------------------
+
+
+def _deployment(scenario: Scenario, look_ahead_s: float, slo: SloConfig | None) -> DeploymentConfig:
+    return DeploymentConfig(
+        name="sim",
+        model_name="llama",
+        source=SourceConfig(scrape_urls=("http://sim",)),
+        server=SERVER,
+        slo=slo or SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
+        max_replicas=MAX_REPLICAS,
+        look_ahead_s=look_ahead_s,
+    )
 
 
 def run_arm(
@@ -231,64 +141,45 @@ def run_arm(
         rng,
         duration_s=duration_s,
     )
-    sim = Simulator(
-        LLAMA,
-        SERVER,
-        replicas=1,
-        kv_capacity_tokens=KV_CAPACITY_TOKENS,
-        startup_delay_s=STARTUP_DELAY_S,
-        max_jump_s=MAX_JUMP_S,
-        record_iterations=True,
-    )
-    sim.add_requests(trace)
-    controller: DaemonArm | ThroughputArm
+    policy: OursPolicy | ThroughputPolicy
     if arm is Arm.THROUGHPUT:
-        controller = ThroughputArm()
+        policy = ThroughputPolicy(KV_CAPACITY_TOKENS, MAX_REPLICAS, name=arm.value)
     else:
         look_ahead_s = LOOK_AHEAD_S if arm is Arm.LOOK_AHEAD else 0.0
-        controller = DaemonArm(scenario, look_ahead_s, slo=slo)
+        policy = OursPolicy(_deployment(scenario, look_ahead_s, slo), WINDOW_S, name=arm.value)
+    observer = PerfectObserver(kv_capacity_tokens=KV_CAPACITY_TOKENS)
+    engine = Engine(FLEET, [EngineArm(policy, observer, ApplyAsIs())])
+    arrivals = DrawnArrivals(trace, lambda t_s: float(profile.rate_at(t_s)))
     out = Run(scenario.name, arm.value, seed)
-    provisioned = 1
-    status = sim.replica_status()
-    steps = int(round(WINDOW_S / SAMPLE_S))
-    for k in range(int(duration_s // WINDOW_S)):
-        t0, t1 = k * WINDOW_S, (k + 1) * WINDOW_S
-        samples = []
-        for j in range(1, steps + 1):
-            sim.run(t0 + j * SAMPLE_S)
-            samples.append(sim.replica_status())
-        records = sim.drain_records()
-        emitted = sum(r.emitted_tokens for r in records)
-        out.window_gaps.append(window_gaps(records))
-        view = observe_window(sim.result(), t0, t1, status, samples, emitted_tokens=emitted)
-        status = samples[-1]
-        info = controller.decide(view, t1, provisioned)
-        obs = view.observation
+    for step in engine.steps(arrivals, duration_s):
+        w = step.arms[0]
+        obs = w.view.observation
+        out.window_gaps.append(window_gaps(w.records))
         out.cycles.append(
             Cycle(
-                end_s=t1,
-                offered_rps=float(profile.rate_at(t0 + WINDOW_S / 2)),
+                end_s=w.end_s,
+                offered_rps=step.offered_rps,
                 arrival_rps=obs.arrival_rate_rps,
-                provisioned=provisioned,
+                provisioned=w.provisioned,
                 ready=obs.ready_pods,
-                desired=info.desired,
-                reason=info.reason,
-                tuner_state=info.tuner_state,
-                capacity_rps=info.capacity_rps,
+                desired=w.desired,
+                reason=w.proposal.reason,
+                tuner_state=w.proposal.tuner_state,
+                capacity_rps=w.proposal.capacity_rps,
                 ttft_ms=obs.ttft_ms,
                 itl_ms=obs.itl_ms,
-                kv_usage_ratio=view.kv_usage_ratio,
-                peak_waiting=view.peak_waiting,
-                loading=view.replica_starting,
+                kv_usage_ratio=w.view.kv_usage_ratio,
+                peak_waiting=w.view.peak_waiting,
+                loading=w.view.replica_starting,
             )
         )
-        if isinstance(controller, DaemonArm) and out.first_fit_s is None and controller.params:
-            out.first_fit_s = t1
-        sim.set_replicas(info.desired)
-        provisioned = info.desired
-    if isinstance(controller, DaemonArm) and controller.params is not None:
-        out.params = controller.params.to_dict()
-    out.requests = sim.result()
+        if isinstance(policy, OursPolicy) and out.first_fit_s is None and policy.params:
+            out.first_fit_s = w.end_s
+    if isinstance(policy, OursPolicy):
+        if policy.params is not None:
+            out.params = policy.params.to_dict()
+        policy.close()
+    out.requests = engine.fleets()[0][1].result()
     out.wall_s = time.perf_counter() - start
     return out
 

@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.closed_loop_report import Run, json_safe
+from bench.closed_loop_report import Run
 from bench.percentile_sim import weighted_quantiles
 from exporter.config import SloConfig
+from exporter.replay.report import json_safe
 from model import LatencyMetric, PercentileTarget
 
 TRAILING_S = 300.0  # the trailing window of the observed percentiles

@@ -325,13 +325,3 @@ def table_columns(cycles: list[Cycle]) -> dict[str, list[Any]]:
         key: [float(f"{r[key]:.5g}") if isinstance(r[key], float) else r[key] for r in rows]
         for key in rows[0]
     }
-
-
-def json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value

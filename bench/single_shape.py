@@ -1,5 +1,5 @@
 """Single-shape traffic on one simulated vLLM replica, observed window by window as the closed
-loop observes it (bench/closed_loop_support.py): what most production deployments show the tuner.
+loop observes it (exporter/replay/perfect.py): what most production deployments show the tuner.
 
 The load wanders between two fractions of the replica's saturation rate (a new level drawn
 every `hold_s`, reached by a linear ramp over the hold, so consecutive 30 s windows differ by a
@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from bench.closed_loop_support import WindowView, observe_window
+from exporter.replay.perfect import WindowView, observe_window
 from model.queueing.analyzer import max_rate
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.simulation.simulator import Simulator

@@ -43,8 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.closed_loop import SCENARIOS, DaemonArm  # noqa: E402
-from bench.closed_loop_report import Scenario, json_safe  # noqa: E402
-from bench.closed_loop_support import WindowView  # noqa: E402
+from bench.closed_loop_report import Scenario  # noqa: E402
 from bench.single_shape import (  # noqa: E402
     WINDOW_S,
     saturation_rate_rps,
@@ -52,6 +51,8 @@ from bench.single_shape import (  # noqa: E402
     simulate_windows,
     wandering_profile,
 )
+from exporter.replay.perfect import WindowView  # noqa: E402
+from exporter.replay.report import json_safe  # noqa: E402
 from model.calibration.tuner import DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS  # noqa: E402
 from model.queueing.params import ServerConfig, ServiceParams  # noqa: E402
 from model.simulation.workloads import RateProfile  # noqa: E402

@@ -73,6 +73,9 @@ class PeriodicScheduler:
         return self._clock.monotonic() - self._last_start_s <= LIVE_PERIODS * self._period_s
 
     def start(self) -> None:
+        # The first cycle's LIVE_PERIODS count from here: what ran between construction and
+        # start (the daemon compiles the model's kernel) is no cycle overdue.
+        self._last_start_s = self._clock.monotonic()
         self._thread.start()
 
     def stop(self, timeout_s: float) -> bool:

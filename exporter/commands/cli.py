@@ -1,4 +1,4 @@
-"""Command line: `vllm-sizer run|demo|plan|fit|simulate|emulate`.
+"""Command line: `vllm-sizer run|demo|plan|fit|simulate|emulate|replay`.
 
 Each subcommand module exposes `register(subparsers)`, which sets the handler as `func` and,
 for constraints between flags, a `check(args) -> str | None` returning the problem, reported
@@ -14,14 +14,15 @@ from typing import Any, cast
 
 from prometheus_client import disable_created_metrics
 
-from exporter.commands import demo, emulate, fit, plan, run, simulate
+from exporter.commands import demo, emulate, fit, plan, replay, run, simulate
 from exporter.commands.version import package_version
 
 DESCRIPTION = (
     "vllm-sizer sizes vLLM deployments from vLLM's own Prometheus metrics: it keeps a queueing "
     "model of the engine calibrated online and exports the replica count that keeps TTFT and "
     "ITL under their targets. 'run' is the daemon; 'demo' runs it against emulated replicas; "
-    "'plan', 'fit', 'simulate' and 'emulate' work with the model offline. "
+    "'plan', 'fit', 'simulate' and 'emulate' work with the model offline; 'replay' compares "
+    "autoscaling policies on a recorded trace. "
     "'vllm-sizer COMMAND --help' describes each command."
 )
 
@@ -60,7 +61,7 @@ def build_parser() -> tuple[Parser, dict[str, Parser]]:
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=Parser
     )
-    for module in (run, demo, plan, fit, simulate, emulate):
+    for module in (run, demo, plan, fit, simulate, emulate, replay):
         module.register(sub)
     return parser, sub.choices
 

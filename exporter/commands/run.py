@@ -25,6 +25,7 @@ from exporter.config_loader import listen_problem, load_config
 from exporter.daemon import Daemon
 from exporter.errors import ConfigError
 from exporter.exposition import BuildInfoCollector
+from exporter.log_lines import log_unexpected
 from exporter.operation_metrics import SkippedEvent
 from exporter.reading.arrival_sampler import build_samplers
 from exporter.scheduler import PeriodicScheduler
@@ -35,6 +36,7 @@ from exporter.sources_from_config import (
     prometheus_client,
 )
 from exporter.statefile import StateFile
+from model.calibration.warmup import compile_model_kernel
 
 logger = logging.getLogger("vllm_sizer")
 
@@ -135,7 +137,21 @@ def run_daemon(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     for sampler in samplers.values():
         sampler.start()
-    scheduler.start()
+
+    def start_cycles() -> None:
+        # The model's compiled kernel first (seconds when not cached), with the server already
+        # answering; the scheduler's liveness window starts with it. On its own thread so that
+        # a signal during the compile stops the daemon at once.
+        started = clock.monotonic()
+        try:
+            compile_model_kernel()
+        except Exception as exc:  # the cycles meet the same error, counted and logged
+            log_unexpected(logger, "compiling the model kernel raised", exc)
+        logger.info("model kernel ready in %.1fs", clock.monotonic() - started)
+        if not stop.is_set():
+            scheduler.start()
+
+    threading.Thread(target=start_cycles, name="vllm-sizer-compile", daemon=True).start()
     try:
         stop.wait()
     finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -233,18 +233,26 @@ class ReplicaMetrics:
 
     def apply(self, record: IterationRecord, requests: RequestTable) -> None:
         """Account one iteration record; `requests` is read for the requests it names."""
+        self.apply_all((record,), requests)
+
+    def apply_all(self, records: Sequence[IterationRecord], requests: RequestTable) -> None:
+        """Account several iteration records of this replica at once (the same counts as one
+        by one, each histogram observed once: a replay applies a window's records)."""
+        if not records:
+            return
         obs: dict[str, tuple[FloatArray, FloatArray | None]] = {
-            "iteration": (np.array([float(record.tokens_per_iteration)]),
-                          np.array([float(record.iterations)])),
-            "itl": (record.gap_s, record.gap_weight.astype(np.float64)),
+            "iteration": (np.array([float(r.tokens_per_iteration) for r in records]),
+                          np.array([float(r.iterations) for r in records])),
+            "itl": (np.concatenate([r.gap_s for r in records]),
+                    np.concatenate([r.gap_weight for r in records]).astype(np.float64)),
         }
-        first = record.first_token_ids
+        first = np.concatenate([r.first_token_ids for r in records])
         prompt = cached = 0.0
         if first.size:
             obs["ttft"] = (requests.first_token_s[first] - requests.arrival_s[first], None)
             prompt = float(requests.input_tokens[first].sum())
             cached = float(requests.cached_tokens[first].sum())
-        done = record.finished_ids
+        done = np.concatenate([r.finished_ids for r in records])
         if done.size:
             n_in = requests.input_tokens[done].astype(np.float64)
             n_out = requests.output_tokens[done].astype(np.float64)
@@ -263,8 +271,8 @@ class ReplicaMetrics:
             ):
                 obs[key] = (values, None)
         with self._lock:
-            self._counters["generation"] += record.emitted_tokens
-            self._counters["preemptions"] += record.preemptions
+            self._counters["generation"] += sum(r.emitted_tokens for r in records)
+            self._counters["preemptions"] += sum(r.preemptions for r in records)
             self._counters["prompt"] += prompt
             self._counters["cached"] += cached
             self._counters["success"] += done.size

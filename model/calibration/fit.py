@@ -8,8 +8,9 @@ each one the tuner spec recommends or a speed choice:
   method on the residual vector, which needs a few dozen model evaluations where Nelder-Mead
   needs hundreds; Nelder-Mead with the reference settings (adaptive coefficients, 5 % relative
   initial simplex, at most 500 evaluations) stays available as `FitMethod.NELDER_MEAD`;
-- residuals come from `residuals.py`: one vectorised model call per max_batch_size for all
-  observations, and a finite penalty growing with the overload for a saturated point;
+- residuals come from `residuals.py`: one compiled model call per max_batch_size for all
+  observations (and for all the parameter vectors of a finite-difference Jacobian), and a
+  finite penalty growing with the overload for a saturated point;
 - the start is the light-traffic guess (`initial_guess`) on the lowest-rate observation (the one
   closest to light traffic), scaled down until every observation is below 0.9 of saturation;
 - identifiability is judged per parameter, from the design alone like the reference's
@@ -301,6 +302,9 @@ def _trust_region(
         xtol=TOLERANCE,
         gtol=1e-8,
         max_nfev=max_nfev,
+        # The three forward-difference columns of each Jacobian in one model call (scipy-stubs
+        # types `workers` as a generic map, which a method on float arrays is not).
+        workers=objective.map,  # type: ignore[arg-type]
     )
     return np.clip(out.x, LOG_LOWER, LOG_UPPER), out.status == 0
 

@@ -12,14 +12,14 @@ which pushes an optimizer back towards stability.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
 from model.calibration.observation import Observation
 from model.calibration.prior import Prior
-from model.queueing.analyzer import analyze_points
+from model.queueing.analyzer import point_latencies
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 
@@ -88,38 +88,30 @@ class FitProblem:
     def size(self) -> int:
         return int(self.rate_rps.shape[0])
 
-    def predict(self, params: ServiceParams) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Model TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) per point."""
-        self.evaluations += 1
+    def predict_many(self, theta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Model TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) per point under
+        each parameter vector theta[p] = (alpha, beta, gamma) (ms), shape (P, points): one
+        compiled call per group."""
+        self.evaluations += theta.shape[0]
         if len(self.groups) == 1:
             cfg, options = self.groups[0][0], self.groups[0][1]
-            out = analyze_points(
-                params,
-                cfg,
-                self.n_tokens,
-                self.m_tokens,
-                self.rate_rps,
-                options=options,
-                synchronous=self.synchronous,
-            )
-            return (
-                np.asarray(out.ttft_ms),
-                np.asarray(out.itl_ms),
-                np.asarray(out.saturation_rate_rps),
-            )
-        ttft, itl, sat = (np.empty(self.size) for _ in range(3))
+            return point_latencies(
+                theta, cfg, self.n_tokens, self.m_tokens, self.rate_rps,
+                options=options, synchronous=self.synchronous,
+            )  # fmt: skip
+        ttft, itl, sat = (np.empty((theta.shape[0], self.size)) for _ in range(3))
         for cfg, options, idx in self.groups:
-            out = analyze_points(
-                params,
-                cfg,
-                self.n_tokens[idx],
-                self.m_tokens[idx],
-                self.rate_rps[idx],
-                options=options,
-                synchronous=self.synchronous[idx],
-            )
-            ttft[idx], itl[idx], sat[idx] = out.ttft_ms, out.itl_ms, out.saturation_rate_rps
+            out = point_latencies(
+                theta, cfg, self.n_tokens[idx], self.m_tokens[idx], self.rate_rps[idx],
+                options=options, synchronous=self.synchronous[idx],
+            )  # fmt: skip
+            ttft[:, idx], itl[:, idx], sat[:, idx] = out
         return ttft, itl, sat
+
+    def predict(self, params: ServiceParams) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Model TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) per point."""
+        ttft, itl, sat = self.predict_many(np.array([params.as_tuple()]))
+        return ttft[0], itl[0], sat[0]
 
     def relative_errors(self, params: ServiceParams) -> tuple[FloatArray, FloatArray]:
         """(pred - meas) / meas per point as a (K, 2) array [TTFT, ITL], and the load
@@ -130,25 +122,30 @@ class FitProblem:
         )
         return errors, self.rate_rps / sat
 
-    def residuals(self, x: FloatArray) -> FloatArray:
-        """Weighted residual vector [TTFT errors, ITL errors] at log-parameters x; overloaded
-        points get a finite penalty growing with the overload."""
-        errors, load = self.relative_errors(params_from_log(x))
-        penalty = UNSTABLE_RESIDUAL * load[:, np.newaxis]
+    def residuals_many(self, xs: Sequence[FloatArray]) -> list[FloatArray]:
+        """Weighted residual vectors [TTFT errors, ITL errors] at each log-parameter vector;
+        overloaded points get a finite penalty growing with the overload."""
+        theta = np.exp(np.clip(np.array(xs), LOG_LOWER, LOG_UPPER))  # as params_from_log
+        ttft, itl, sat = self.predict_many(theta)
+        errors = np.stack(
+            [(ttft - self.ttft_ms) / self.ttft_ms, (itl - self.itl_ms) / self.itl_ms], 2
+        )
+        penalty = UNSTABLE_RESIDUAL * (self.rate_rps / sat)[:, :, np.newaxis]
         errors = np.where(np.isfinite(errors), errors, penalty)
-        weighted: FloatArray = (errors * self.sqrt_weight[:, np.newaxis]).T.reshape(-1)
-        return weighted
+        weighted = (errors * self.sqrt_weight[:, np.newaxis]).transpose(0, 2, 1)
+        return list(weighted.reshape(theta.shape[0], -1))
+
+    def residuals(self, x: FloatArray) -> FloatArray:
+        """`residuals_many` at one log-parameter vector."""
+        return self.residuals_many([x])[0]
 
     def jacobian(self, x: FloatArray) -> FloatArray:
         """Jacobian of `residuals` in log-parameters by central differences:
-        J[:, k] = (r(x + h e_k) - r(x - h e_k)) / (2 h), h = JACOBIAN_STEP. Spec §10.1."""
-        columns = []
-        for k in range(3):
-            step = np.zeros(3)
-            step[k] = JACOBIAN_STEP
-            columns.append(
-                (self.residuals(x + step) - self.residuals(x - step)) / (2 * JACOBIAN_STEP)
-            )
+        J[:, k] = (r(x + h e_k) - r(x - h e_k)) / (2 h), h = JACOBIAN_STEP, the six residual
+        vectors in one call. Spec §10.1."""
+        steps = JACOBIAN_STEP * np.eye(3)
+        found = self.residuals_many([x + steps[k] for k in range(3)] + [x - s for s in steps])
+        columns = [(found[k] - found[k + 3]) / (2 * JACOBIAN_STEP) for k in range(3)]
         return np.stack(columns, axis=1)
 
 
@@ -164,10 +161,24 @@ class PenalizedProblem:
             self._scale = noise_level / np.array(prior.log_sigma)
 
     def residuals(self, x: FloatArray) -> FloatArray:
-        data = self.problem.residuals(x)
+        return self.residuals_many([x])[0]
+
+    def residuals_many(self, xs: Sequence[FloatArray]) -> list[FloatArray]:
+        """`residuals` at each log-parameter vector, evaluated in one model call."""
+        data = self.problem.residuals_many(xs)
         if self._centre is None:
             return data
-        return np.concatenate([data, self._scale * (x - self._centre)])
+        return [
+            np.concatenate([d, self._scale * (x - self._centre)])
+            for d, x in zip(data, xs, strict=True)
+        ]
+
+    def map(
+        self, fun: Callable[[FloatArray], FloatArray], xs: Iterable[FloatArray]
+    ) -> list[FloatArray]:
+        """A map-like for scipy's finite differences (`workers`): the Jacobian's columns of
+        `residuals` in one model call. `fun` is scipy's wrapper of `residuals` itself."""
+        return self.residuals_many(list(xs))
 
 
 def params_from_log(x: FloatArray) -> ServiceParams:

@@ -11,15 +11,23 @@ or the paper's; the chain and every other output are shared.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.queueing.chain import StateTable, solve_chain, state_table, workload_table
+from model.queueing import kernel_mean
+from model.queueing.chain import (
+    StateTable,
+    evaluate,
+    kernel_options,
+    state_table,
+    work_options,
+    workload_table,
+)
 from model.queueing.params import ServerConfig, ServiceParams, Workload
-from model.queueing.refined import refined_latencies
 from model.queueing.validation import require_rates
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 
@@ -28,18 +36,7 @@ Value = Any  # float for a scalar rate, a read-only numpy array for an array of 
 
 # MaxRate = 0.999 B / tau(B): sizing never searches above this fraction of the saturation rate
 # (Go `RateRange.Max`). Spec §7.
-MAX_RATE_FRACTION = 0.999
-
-# Means that grow without bound when the infinite chain is unstable.
-_DIVERGENT = (
-    "ttft_ms",
-    "itl_ms",
-    "avg_wait_ms",
-    "avg_prefill_ms",
-    "avg_response_ms",
-    "avg_num_in_system",
-    "avg_queue_length",
-)
+MAX_RATE_FRACTION = kernel_mean.MAX_RATE_FRACTION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +77,16 @@ def analyze(
     options: ModelOptions = DEFAULT_MODEL,
 ) -> Analysis:
     """Evaluate the model at a scalar rate or a 1-D array of rates (req/s, each >= 0)."""
+    if isinstance(rate_rps, float | int) and not isinstance(rate_rps, bool):
+        rate = float(rate_rps)
+        if math.isfinite(rate) and rate >= 0:
+            # One rate: the table and the chain in one compiled call, no intermediate arrays.
+            out = kernel_mean.analyze_one(
+                workload.avg_input_tokens, workload.avg_output_tokens, params.as_tuple(),
+                server.max_batch_size, work_options(options), kernel_options(server, options),
+                rate,
+            )  # fmt: skip
+            return _scalar_analysis(out.tolist(), rate)
     rates = require_rates("rate_rps", rate_rps)
     return analyze_table(workload_table(params, server, workload, options=options), rates)
 
@@ -115,75 +122,85 @@ def analyze_points(
     )
 
 
+# Analysis fields in the kernel's output rows (kernel_mean), after `stable` and the rate.
+_FIELD_ROWS = {
+    "throughput_rps": kernel_mean.THROUGHPUT,
+    "ttft_ms": kernel_mean.TTFT,
+    "itl_ms": kernel_mean.ITL,
+    "avg_wait_ms": kernel_mean.WAIT,
+    "avg_prefill_ms": kernel_mean.PREFILL,
+    "avg_service_ms": kernel_mean.SERVICE,
+    "avg_response_ms": kernel_mean.RESPONSE,
+    "avg_num_in_system": kernel_mean.NUM,
+    "avg_batch_size": kernel_mean.BATCH,
+    "avg_queue_length": kernel_mean.QUEUE,
+    "utilization": kernel_mean.UTIL,
+    "busy_prob": kernel_mean.BUSY,
+    "wait_prob": kernel_mean.WAIT_PROB,
+    "blocking_prob": kernel_mean.BLOCK,
+}
+
+
+def point_latencies(
+    theta: FloatArray,
+    server: ServerConfig,
+    avg_input_tokens: FloatArray,
+    avg_output_tokens: FloatArray,
+    rate_rps: FloatArray,
+    *,
+    options: ModelOptions = DEFAULT_MODEL,
+    synchronous: NDArray[np.bool_],
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) of K operating points
+    (validated 1-D arrays of length K, as for `analyze_points`) under each of P parameter
+    vectors theta[p] = (alpha, beta, gamma) (ms), in one compiled call: shape (P, K) each."""
+    out: tuple[FloatArray, FloatArray, FloatArray] = kernel_mean.point_outputs(
+        avg_input_tokens, avg_output_tokens, rate_rps, synchronous, theta,
+        server.max_batch_size, work_options(options), kernel_options(server, options),
+    )  # fmt: skip
+    return out
+
+
 def analyze_table(
     table: StateTable, rates_rps: FloatArray, *, synchronous: ArrayLike | None = None
 ) -> Analysis:
     """`analyze` on a precomputed state table (rates already validated; a 0-d array gives
     float fields). The variant is the one the table was built with."""
-    scalar = np.ndim(rates_rps) == 0
     rates = np.atleast_1d(rates_rps).astype(np.float64)
     closed = _synchronous_mask(synchronous, rates.shape)
-    lam = rates / 1000.0
-    sol = solve_chain(table, lam)
-    stable = sol.stable
-    big_b = table.max_batch_size
-    sat_per_ms = table.saturation_rate_per_ms
-    if table.rows > 1:
-        tau_1, tau_b, m = table.tau_ms[:, 0], table.tau_ms[:, -1], table.avg_output_tokens[:, 0]
-    else:
-        tau_1, tau_b, m = table.tau_ms[0, 0], table.tau_ms[0, -1], table.avg_output_tokens[0, 0]
+    out, _ = evaluate(table, rates, closed)
+    return analysis_of(out, rates, scalar=np.ndim(rates_rps) == 0)
 
-    accepted = np.where(stable, lam * (1.0 - sol.p_block), sat_per_ms)
-    positive = accepted > 0.0
-    safe = np.where(positive, accepted, 1.0)
-    # At rate 0 Little's ratios are 0/0; use their limits: an arrival finds an empty server, so
-    # S-bar = R = tau(1) and W = 0 (spec §6).
-    service = np.where(positive, sol.batch_occupancy / safe, tau_1)
-    response = np.where(positive, sol.num_in_system / safe, tau_1)
-    wait = np.where(positive, sol.queue_length / safe, 0.0)
 
-    occupancy = sol.batch_occupancy
-    zeros = np.zeros_like(rates)
-    if table.options.refined:
-        lat = refined_latencies(table, sol, lam, accepted, service, wait, closed)
-        chunks, prefill, itl, ttft = lat.chunks, lat.prefill_ms, lat.itl_ms, lat.ttft_ms
-    else:
-        col = np.clip(np.floor(occupancy + 0.5), 1, big_b).astype(np.intp) - 1
-        chunks = table.take(table.chunks, col)
-        prefill = chunks * table.background_ms(occupancy, col) + table.take(table.w_pref_ms, col)
-        itl = (service - prefill) / m
-        ttft = wait + prefill + itl
-    values: dict[str, NDArray[Any]] = {
-        "stable": stable,
-        "offered_rate_rps": rates,
-        "throughput_rps": accepted * 1000.0,
-        "ttft_ms": ttft,
-        "itl_ms": itl,
-        "avg_wait_ms": wait,
-        "avg_prefill_ms": prefill,
-        "avg_service_ms": service,
-        "avg_response_ms": response,
-        "avg_num_in_system": sol.num_in_system,
-        "avg_batch_size": occupancy,
-        "avg_queue_length": sol.queue_length,
-        "utilization": np.minimum(occupancy / big_b, 1.0),
-        "busy_prob": 1.0 - sol.p_empty,
-        "wait_prob": sol.p_wait,
-        "blocking_prob": sol.p_block,
-        "chunks": chunks,
-        "max_rate_rps": sat_per_ms * (MAX_RATE_FRACTION * 1000.0) + zeros,
-        "saturation_rate_rps": sat_per_ms * 1000.0 + zeros,
-    }
-    if not stable.all():
-        for name in _DIVERGENT:
-            values[name] = np.where(stable, values[name], np.inf)
-        values["avg_service_ms"] = np.where(stable, service, tau_b)
+def analysis_of(out: FloatArray, rates: FloatArray, *, scalar: bool) -> Analysis:
+    """The Analysis of the kernel's outputs (FIELDS x rates) at the given rates (req/s)."""
     if scalar:
-        return Analysis(**{name: arr[0].item() for name, arr in values.items()})
-    for arr in values.values():
-        if arr.flags.writeable:
-            arr.flags.writeable = False
-    return Analysis(**values)
+        return _scalar_analysis(out[:, 0].tolist(), float(rates[0]))
+    out.flags.writeable = False
+    rates.flags.writeable = False
+    chunks = out[kernel_mean.CHUNK_COUNT].astype(np.int64)
+    stable = out[kernel_mean.STABLE] > 0.0
+    for arr in (chunks, stable):
+        arr.flags.writeable = False
+    return Analysis(
+        stable=stable,
+        offered_rate_rps=rates,
+        chunks=chunks,
+        max_rate_rps=out[kernel_mean.MAX_RATE],
+        saturation_rate_rps=out[kernel_mean.SATURATION],
+        **{name: out[k] for name, k in _FIELD_ROWS.items()},
+    )
+
+
+def _scalar_analysis(col: list[float], rate_rps: float) -> Analysis:
+    return Analysis(
+        stable=col[kernel_mean.STABLE] > 0.0,
+        offered_rate_rps=rate_rps,
+        chunks=int(col[kernel_mean.CHUNK_COUNT]),
+        max_rate_rps=col[kernel_mean.MAX_RATE],
+        saturation_rate_rps=col[kernel_mean.SATURATION],
+        **{name: col[k] for name, k in _FIELD_ROWS.items()},
+    )
 
 
 def _synchronous_mask(synchronous: ArrayLike | None, shape: tuple[int, ...]) -> NDArray[np.bool_]:

@@ -2,8 +2,8 @@
 
 Every request is the mean one (n, m): c(i) prefill chunks then m decode steps, with work
 W_pref(c) = beta n + gamma n (c+1)/2 and W_dec = beta m + gamma m (n + (m+1)/2) (the refined
-variant adds the terms of work.py, and with a prefix-cache hit ratio h computes only (1 - h) n
-prompt tokens, each chunk reading the cached h n as well; the decode context keeps all n).
+variant adds the terms of kernel_table.py, and with a prefix-cache hit ratio h computes only
+(1 - h) n prompt tokens, each chunk reading the cached h n as well; the decode context keeps n).
 With i in the batch the service time is tau(i) = (c(i) + m) alpha + i (W_pref + W_dec). The
 chain counts requests in the system: up-rate lambda, down-rate mu_i = min(i, B) / tau(min(i, B));
 so p_i = p_0 prod_{j<=i} lambda / mu_j, summed as logs and normalised after subtracting the
@@ -12,104 +12,167 @@ max. The waiting room beyond B is infinite
 
 Tables have one row per request shape: one row for `analyze` on one workload, K rows when K
 observations with different shapes are evaluated together (the tuner's fits). Rates are given
-per row, or many rates share a single row.
+per row, or many rates share a single row. The table and the chain are computed by compiled
+loops (kernel_table.py, kernel_chain.py, kernel_mean.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import TypeVar
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from model.queueing.chunks import chunk_counts
+from model.queueing import kernel_mean, kernel_table
+from model.queueing.kernel_table import (
+    CHUNKS,
+    CUM_LOG_MU,
+    LOG_MU,
+    OUTPUT,
+    PREFILL_TOKENS,
+    TAU,
+    W_DEC,
+    W_PREF,
+)
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
-from model.queueing.work import work_extras
 
 FloatArray = NDArray[np.float64]
-_Scalar = TypeVar("_Scalar", bound=np.generic)
 
-RATE_BLOCK = 32  # rates solved together at most; see solve_chain
-# Work arrays of at most this many elements (rates x states): larger temporaries fall out of
-# cache and page-fault on reuse (2-4x slower at B = 4096).
+# Rates solved together in the percentile assembly's numpy blocks: at most RATE_BLOCK, and at
+# most BLOCK_ELEMENTS work elements (rates x states); larger temporaries fall out of cache.
+RATE_BLOCK = 32
 BLOCK_ELEMENTS = 1 << 16
-# exp of an argument below about -708 takes libm's slow subnormal path (10-120 ns instead of
-# 0.6 ns an element). Raising log-weights below -700 to -700 adds at most (B+1) B e^-700 < 1e-296
-# to the sums: nothing next to the head sum (it holds a 1), nor next to the occupancy sum
-# when p_1 / p_max >= e^-600 (it is then >= 1e-261). Rows with a smaller p_1 (a rate of about 0)
-# are left exact.
-LOG_WEIGHT_FLOOR = -700.0
-CLIP_SAFE_LOG_P1 = -600.0
-TINY_RATE = 1e-300  # req/ms; stands in for 0 in log space
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateTable:
-    """Per-occupancy quantities, shape (rows, B) with column i-1 for occupancy i; ms. Spec §2, §4.
+    """Per-occupancy quantities of each request shape (row), packed for the compiled kernel
+    (model/queueing/kernel_table.py); the properties give them shape (rows, B) with column i-1
+    for occupancy i, in ms. Spec §2, §4.
 
     Built once per (params, server, request shapes) and shared by every rate evaluated with them.
     """
 
-    chunks: NDArray[np.int64]  # c(i)
-    w_pref_ms: FloatArray  # prefill work of one request with c(i) chunks, W_pref(c(i))
-    w_dec_ms: FloatArray  # decode work of one request, W_dec, shape (rows, 1)
-    # delta(c) = (W_pref + W_dec) / (c + m): mean work per iteration of one active request
-    delta_ms: FloatArray
-    tau_ms: FloatArray  # tau(i): service time of a request in a batch of i
-    log_mu: FloatArray  # log of the total departure rate i / tau(i), 1/ms
-    cum_log_mu: FloatArray  # sum_{j<=i} log mu_j for i = 0..B, shape (rows, B+1)
+    states: FloatArray  # (rows, STATE_FIELDS, B + 1)
+    row_values: FloatArray  # (rows, ROW_FIELDS): alpha, W_dec, m, computed prompt tokens
     alpha_ms: float
-    avg_output_tokens: FloatArray  # m, shape (rows, 1)
-    prefill_tokens: FloatArray  # prompt tokens computed (uncached), shape (rows, 1)
     max_batch_size: int
     budget_tokens: int  # M: tokens one iteration may schedule
     max_queue_size: int | None
     options: ModelOptions = DEFAULT_MODEL  # the variant whose work terms built this table
+    kernel_options: FloatArray  # the kernel's options vector (kernel_mean.OPT_*)
 
     @property
     def rows(self) -> int:
-        return int(self.tau_ms.shape[0])
+        return int(self.states.shape[0])
+
+    def _field(self, field: int) -> FloatArray:
+        out: FloatArray = self.states[:, field, : self.max_batch_size]
+        return out
+
+    def _row(self, field: int) -> FloatArray:
+        out: FloatArray = self.row_values[:, field : field + 1]
+        return out
+
+    @property
+    def chunks(self) -> NDArray[np.int64]:
+        """c(i)."""
+        return self._field(CHUNKS).astype(np.int64)
+
+    @property
+    def w_pref_ms(self) -> FloatArray:
+        """Prefill work of one request with c(i) chunks, W_pref(c(i))."""
+        return self._field(W_PREF)
+
+    @property
+    def w_dec_ms(self) -> FloatArray:
+        """Decode work of one request, W_dec, shape (rows, 1)."""
+        return self._row(W_DEC)
+
+    @property
+    def delta_ms(self) -> FloatArray:
+        """delta(c) = (W_pref + W_dec) / (c + m): mean work per iteration of one request."""
+        out: FloatArray = (self.w_pref_ms + self.w_dec_ms) / (
+            self._field(CHUNKS) + self.avg_output_tokens
+        )
+        return out
+
+    @property
+    def tau_ms(self) -> FloatArray:
+        """tau(i): service time of a request in a batch of i."""
+        return self._field(TAU)
+
+    @property
+    def log_mu(self) -> FloatArray:
+        """Log of the total departure rate i / tau(i), 1/ms."""
+        return self._field(LOG_MU)
+
+    @property
+    def cum_log_mu(self) -> FloatArray:
+        """sum_{j<=i} log mu_j for i = 0..B, shape (rows, B+1)."""
+        out: FloatArray = self.states[:, CUM_LOG_MU, :]
+        return out
+
+    @property
+    def avg_output_tokens(self) -> FloatArray:
+        """m, shape (rows, 1)."""
+        return self._row(OUTPUT)
+
+    @property
+    def prefill_tokens(self) -> FloatArray:
+        """Prompt tokens computed (uncached), shape (rows, 1)."""
+        return self._row(PREFILL_TOKENS)
 
     @property
     def saturation_rate_per_ms(self) -> FloatArray:
         """B / tau(B) per row: the infinite chain is stable below this rate (req/ms). Spec §7."""
-        return self.max_batch_size / self.tau_ms[:, -1]
+        out: FloatArray = self.max_batch_size / self.states[:, TAU, self.max_batch_size - 1]
+        return out
 
-    def background_ms(self, occupancy: FloatArray, col: NDArray[np.intp]) -> FloatArray:
-        """max(0, alpha + (x - 1) delta(c)) at occupancy x (per rate), c at column col."""
-        return np.maximum(0.0, self.alpha_ms + (occupancy - 1.0) * self.take(self.delta_ms, col))
-
-    def take(self, values: NDArray[_Scalar], col: NDArray[np.intp]) -> NDArray[_Scalar]:
-        """values[row, col] for each rate: its own row, or row 0 when all rates share it."""
-        picked: NDArray[_Scalar]  # numpy types fancy indexing as Any
-        if values.shape[0] == 1:
-            picked = values[0, col]
-        else:
-            picked = values[np.arange(col.shape[0]), col]
-        return picked
+    def _background(self) -> FloatArray:
+        occ = np.arange(1, self.max_batch_size + 1, dtype=np.float64)
+        out: FloatArray = np.maximum(0.0, self.alpha_ms + (occ - 1.0) * self.delta_ms)
+        return out
 
     @property
     def prefill_ms(self) -> FloatArray:
         """T_p(i) = c background(i) + W_pref(c): prefill latency in a batch of i."""
-        occ = np.arange(1, self.max_batch_size + 1, dtype=np.float64)
-        return self.chunks * np.maximum(0.0, self.alpha_ms + (occ - 1.0) * self.delta_ms) + (
-            self.w_pref_ms
-        )
+        out: FloatArray = self._field(CHUNKS) * self._background() + self.w_pref_ms
+        return out
 
     @property
     def itl_ms(self) -> FloatArray:
         """ITL(i) = background(i) + W_dec / m: one decode iteration in a batch of i."""
-        occ = np.arange(1, self.max_batch_size + 1, dtype=np.float64)
-        background = np.maximum(0.0, self.alpha_ms + (occ - 1.0) * self.delta_ms)
-        return background + self.w_dec_ms / self.avg_output_tokens
+        out: FloatArray = self._background() + self.w_dec_ms / self.avg_output_tokens
+        return out
 
     @property
     def iteration_ms(self) -> FloatArray:
         """T(i) = alpha + i delta(c(i)): mean iteration time with i requests in the batch."""
         occ = np.arange(1, self.max_batch_size + 1, dtype=np.float64)
-        return self.alpha_ms + occ * self.delta_ms
+        out: FloatArray = self.alpha_ms + occ * self.delta_ms
+        return out
+
+
+def work_options(options: ModelOptions) -> FloatArray:
+    """The kernel's work vector (kernel_table.build_states) of a variant."""
+    if not options.refined:
+        return np.zeros(6)
+    hit = options.prefix_hit_ratio
+    return np.array([
+        1.0, hit, hit**2, options.attention_ratio,
+        options.input_length_cv**2, options.output_length_cv**2,
+    ])  # fmt: skip
+
+
+def kernel_options(server: ServerConfig, options: ModelOptions) -> FloatArray:
+    """The kernel's options vector (kernel_mean.OPT_*)."""
+    queue = -1.0 if server.max_queue_size is None else float(server.max_queue_size)
+    return np.array([
+        1.0 if options.refined else 0.0, options.arrival_cv**2, options.input_length_cv**2,
+        float(server.max_num_batched_tokens), queue,
+    ])  # fmt: skip
 
 
 def state_table(
@@ -122,44 +185,25 @@ def state_table(
 ) -> StateTable:
     """Precompute c(i), work terms, tau(i) and log departure rates for i = 1..B, one row per
     request shape (n_tokens, m_tokens: 1-D arrays of equal length). Spec §2, §4; the refined
-    variant adds the work terms of `work.py` to W_pref and W_dec."""
-    alpha, beta, gamma = params.alpha_ms, params.beta_ms, params.gamma_ms
-    n = np.asarray(n_tokens, dtype=np.float64).reshape(-1, 1)
-    m = np.asarray(m_tokens, dtype=np.float64).reshape(-1, 1)
-    # Prefix caching (refined): only the uncached n_c = (1 - h) n prompt tokens are computed,
-    # in c chunks, each of which also reads the cached prefix h n.
-    hit = options.prefix_hit_ratio if options.refined else 0.0
-    n_comp = n * (1.0 - hit)
-    chunks = chunk_counts(n_comp, m, server)
-    c = chunks.astype(np.float64)
-    w_pref = beta * n_comp + gamma * n_comp * (c + 1.0) / 2.0 + gamma * c * (n - n_comp)
-    w_dec = beta * m + gamma * m * (n + (m + 1.0) / 2.0)
-    if options.refined:
-        extra_pref, extra_dec = work_extras(params, n, m, options)
-        w_pref, w_dec = w_pref + extra_pref, w_dec + extra_dec
-    w_total = w_pref + w_dec
-    occ = np.arange(1, server.max_batch_size + 1, dtype=np.float64)
-    tau = (c + m) * alpha + occ * w_total
-    log_mu = np.log(occ) - np.log(tau)
-    cum_log_mu = np.concatenate([np.zeros((n.shape[0], 1)), np.cumsum(log_mu, axis=1)], axis=1)
-    delta = w_total / (c + m)
-    for arr in (chunks, w_pref, w_dec, delta, tau, log_mu, cum_log_mu, m, n_comp):
-        arr.flags.writeable = False
+    variant adds the work terms of kernel_table.py to W_pref and W_dec."""
+    n = np.asarray(n_tokens, dtype=np.float64).reshape(-1)
+    m = np.asarray(m_tokens, dtype=np.float64).reshape(-1)
+    one = np.ones(n.shape[0])
+    states, row_values = kernel_table.build_states(
+        n, m, params.alpha_ms * one, params.beta_ms * one, params.gamma_ms * one,
+        server.max_batch_size, float(server.max_num_batched_tokens), work_options(options),
+    )  # fmt: skip
+    states.flags.writeable = False
+    row_values.flags.writeable = False
     return StateTable(
-        chunks=chunks,
-        w_pref_ms=w_pref,
-        w_dec_ms=w_dec,
-        delta_ms=delta,
-        tau_ms=tau,
-        log_mu=log_mu,
-        cum_log_mu=cum_log_mu,
-        alpha_ms=alpha,
-        avg_output_tokens=m,
-        prefill_tokens=n_comp,
+        states=states,
+        row_values=row_values,
+        alpha_ms=params.alpha_ms,
         max_batch_size=server.max_batch_size,
         budget_tokens=server.max_num_batched_tokens,
         max_queue_size=server.max_queue_size,
         options=options,
+        kernel_options=kernel_options(server, options),
     )
 
 
@@ -176,133 +220,27 @@ def workload_table(
     return state_table(params, server, n, m, options=options)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChainSolution:
-    """Stationary measures of the chain for each rate (1-D arrays). Spec §5.
-
-    A finite chain has states 0..B+Q; an arrival that finds B+Q requests is lost (p_block).
-    Unstable rates (infinite waiting room, rate >= B / tau(B)) carry nan in every measure
-    that diverges; `stable` marks them.
-    """
-
-    stable: NDArray[np.bool_]
-    num_in_system: FloatArray  # N
-    batch_occupancy: FloatArray  # X-bar = E[min(i, B)]
-    queue_length: FloatArray  # L_q
-    p_empty: FloatArray  # p_0
-    p_wait: FloatArray  # P(i > B)
-    p_block: FloatArray  # p_K (0 for an infinite waiting room)
-
-
-def solve_chain(table: StateTable, rate_per_ms: FloatArray) -> ChainSolution:
-    """Solve the birth-death chain at every rate (req/ms, 1-D; one per table row unless the
-    table has a single row) in log space. Spec §5."""
-    lam = np.asarray(rate_per_ms, dtype=np.float64).reshape(-1)
-    block = rate_block(table.max_batch_size)
-    if lam.size <= block:
-        return _solve_block(table, lam, slice(None))
-    # Row blocks keep the (rates x states) work arrays in cache: several times faster for
-    # long curves than one large array.
-    parts = [
-        _solve_block(table, lam[k : k + block], slice(k, k + block))
-        for k in range(0, lam.size, block)
-    ]
-    names = [f.name for f in fields(ChainSolution)]
-    return ChainSolution(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in names})
-
-
 def rate_block(max_batch_size: int) -> int:
     """Rates solved together: at most RATE_BLOCK, and at most BLOCK_ELEMENTS work elements."""
     return max(1, min(RATE_BLOCK, BLOCK_ELEMENTS // (max_batch_size + 1)))
 
 
-def log_state_weights(
-    table: StateTable, rate_per_ms: FloatArray, rows: slice = slice(None)
+def evaluate(
+    table: StateTable,
+    rates_rps: FloatArray,
+    synchronous: NDArray[np.bool_] | None = None,
+    *,
+    want_pmf: bool = False,
 ) -> tuple[FloatArray, FloatArray]:
-    """log p_i - log p_0 for i = 0..B, shape (rates, B+1), and log(lambda / mu_B), the log
-    ratio of successive states beyond B, per rate (req/ms, 1-D; `rows` of a per-row table)."""
-    lam = rate_per_ms.reshape(-1, 1)
-    cum_log_mu = table.cum_log_mu if table.rows == 1 else table.cum_log_mu[rows]
-    log_mu_b = table.log_mu[:, -1:] if table.rows == 1 else table.log_mu[rows, -1:]
-    states = np.arange(table.max_batch_size + 1, dtype=np.float64)
-    # A zero rate becomes a tiny positive one: every p_i (i > 0) underflows to exactly 0.
-    log_lam = np.log(np.maximum(lam, TINY_RATE))
-    # log p_i - log p_0 = i log(lambda) - sum_{j<=i} log mu_j for i = 0..B.
-    log_p = np.multiply(states, log_lam)
-    np.subtract(log_p, cum_log_mu, out=log_p)
-    log_r = (log_lam - log_mu_b)[:, 0]  # log(lambda / mu_B): the ratio beyond B
-    return log_p, log_r
-
-
-def _solve_block(table: StateTable, rate_per_ms: FloatArray, rows: slice) -> ChainSolution:
-    lam = rate_per_ms.reshape(-1, 1)
-    big_b = table.max_batch_size
-    states = np.arange(big_b + 1, dtype=np.float64)
-    log_p, log_r = log_state_weights(table, rate_per_ms, rows)
-    if table.max_queue_size is None:
-        return _solve_infinite(lam[:, 0], log_p, log_r, states, big_b)
-    return _solve_finite(log_p, log_r, states, big_b, table.max_queue_size)
-
-
-def _solve_infinite(
-    lam: FloatArray, log_p: FloatArray, log_r: FloatArray, states: FloatArray, big_b: int
-) -> ChainSolution:
-    stable = log_r < 0.0
-    r = np.where(stable, np.exp(log_r), 0.0)
-    head = _unit_weights(log_p)  # log_p is this call's own work array
-    # Tail i > B is geometric: mass p_B r/(1-r), queue length p_B r/(1-r)^2.
-    tail_per_p_b = r / (1.0 - r)
-    head /= (head.sum(axis=1) + head[:, -1] * tail_per_p_b)[:, np.newaxis]
-    tail_mass = head[:, -1] * tail_per_p_b
-    queue = tail_mass / (1.0 - r)
-    p_empty = head[:, 0].copy()
-    occupancy = np.multiply(head, states, out=head).sum(axis=1) + big_b * tail_mass
-    return ChainSolution(
-        stable=stable,
-        num_in_system=np.where(stable, occupancy + queue, np.nan),
-        batch_occupancy=np.where(stable, occupancy, float(big_b)),
-        queue_length=np.where(stable, queue, np.nan),
-        p_empty=np.where(stable, p_empty, 0.0),
-        p_wait=np.where(stable, tail_mass, 1.0),
-        p_block=np.zeros_like(r),
+    """Every mean output (kernel_mean's rows, FIELDS x rates) at each rate (req/s, 1-D; one per
+    table row unless the table has a single row), and the chain's occupancy pmf per rate
+    (rates x (B + 1); pi_i for i < B, P(i >= B) last) when asked."""
+    rates = np.ascontiguousarray(rates_rps, dtype=np.float64)
+    closed = np.zeros(rates.shape[0], dtype=np.bool_) if synchronous is None else synchronous
+    out: tuple[FloatArray, FloatArray] = kernel_mean.evaluate(
+        table.states, table.row_values, table.kernel_options, rates, closed, want_pmf
     )
-
-
-def _unit_weights(log_p: FloatArray) -> FloatArray:
-    """exp(log_p - row max), in place, with the interior log-weights floored at
-    LOG_WEIGHT_FLOOR where that is exact; the end columns (p_0 and p_B, reported on their own)
-    stay exact."""
-    np.subtract(log_p, log_p.max(axis=1, keepdims=True), out=log_p)
-    ends = np.exp(log_p[:, [0, -1]])
-    floor = np.where(log_p[:, 1:2] >= CLIP_SAFE_LOG_P1, LOG_WEIGHT_FLOOR, -np.inf)
-    np.maximum(log_p, floor, out=log_p)
-    np.exp(log_p, out=log_p)
-    log_p[:, [0, -1]] = ends
-    return log_p
-
-
-def _solve_finite(
-    log_p: FloatArray, log_r: FloatArray, states: FloatArray, big_b: int, max_queue: int
-) -> ChainSolution:
-    # States B+1..B+Q continue geometrically with ratio lambda / mu_B.
-    k = np.arange(1, max_queue + 1, dtype=np.float64)
-    log_tail = log_p[:, -1:] + k[np.newaxis, :] * log_r[:, np.newaxis]
-    log_all = np.concatenate([log_p, log_tail], axis=1)
-    p = np.exp(log_all - log_all.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    tail = p[:, big_b + 1 :]
-    p_wait = tail.sum(axis=1)
-    queue = (tail * k).sum(axis=1)
-    occupancy = (p[:, : big_b + 1] * states).sum(axis=1) + big_b * p_wait
-    return ChainSolution(
-        stable=np.ones(p.shape[0], dtype=bool),
-        num_in_system=occupancy + queue,
-        batch_occupancy=occupancy,
-        queue_length=queue,
-        p_empty=p[:, 0],
-        p_wait=p_wait,
-        p_block=p[:, -1],
-    )
+    return out
 
 
 def state_probabilities(table: StateTable, rate_per_ms: float, extra_states: int = 0) -> FloatArray:

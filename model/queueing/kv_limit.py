@@ -4,7 +4,8 @@ vLLM admits a request only while its KV blocks fit; at the mean request shape th
 KV / c requests, with c the mean context of a running request. A request's context grows from
 n to n + m while it decodes, and a longer output stays in the batch longer, so the time-average
 over running requests is length-biased: c = n + (E[m^2] / E[m] + 1) / 2 =
-n + (m (1 + cv_m^2) + 1) / 2 (the KV context term of the refined work, model/queueing/work.py).
+n + (m (1 + cv_m^2) + 1) / 2 (the KV context term of the refined work,
+model/queueing/kernel_table.py).
 """
 
 from __future__ import annotations

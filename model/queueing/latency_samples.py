@@ -44,9 +44,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtri
 
-from model.queueing.analyzer import analyze_table
-from model.queueing.chain import StateTable
-from model.queueing.occupancy import arrival_pmf, chain_pmf, inverse_cdf, time_average_pmf
+from model.queueing import kernel_mean
+from model.queueing.chain import StateTable, evaluate
+from model.queueing.occupancy import arrival_pmf, inverse_cdf, time_average_pmf
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.prefill_queue import PrefillWait, prefill_work_queue, prompt_service_ms
 from model.queueing.sample_points import (
@@ -114,11 +114,10 @@ def setting(
 ) -> Setting:
     """Solve the chain and the prefill-work queue at each rate (req/s, 1-D)."""
     opts = table.options
-    at = analyze_table(table, rates_rps)
+    at, pmf = evaluate(table, rates_rps, want_pmf=True)
     lam = rates_rps / 1000.0
-    service = np.asarray(at.avg_service_ms, dtype=np.float64)
-    occupancy = np.asarray(at.avg_batch_size, dtype=np.float64)
-    pmf = chain_pmf(table, lam)
+    service = at[kernel_mean.SERVICE]
+    occupancy = at[kernel_mean.BATCH]
     seen = arrival_pmf(table, pmf, service, lam, opts.arrival_cv)
     kappa = opts.attention_ratio if opts.refined else 0.0
     budget = server.max_num_batched_tokens
@@ -139,7 +138,7 @@ def setting(
         kappa=kappa,
         arrival_scv=opts.arrival_cv**2,
         lam=lam,
-        stable=np.asarray(at.stable, dtype=bool),
+        stable=at[kernel_mean.STABLE] > 0.0,
         service_ms=service,
         occupancy=occupancy,
         seen_pmf=seen,

@@ -5,8 +5,8 @@ All are probability mass functions over 0..B (shape (rates, B+1)) whose last ent
 state i >= B: beyond B only the wait for a slot depends on i, and for the chain's geometric tail
 that wait is exponential whatever i (see model/queueing/percentiles.py).
 
-* The chain's stationary distribution pi_i (spec §5): what a Poisson arrival sees (PASTA) and
-  the time average.
+* The chain's stationary distribution pi_i (spec §5; computed with the chain by
+  model/queueing/kernel_chain.py): what a Poisson arrival sees (PASTA) and the time average.
 * Constant-rate arrivals spaced 1/lambda apart with time in service U[S/2, 3S/2] (refinements §6):
   the count of earlier arrivals still present is a sum of Bernoulli(P(S_r > k/lambda)), k >= 1,
   taken as Normal with that sum's mean and variance and rounded to the nearest state.
@@ -20,40 +20,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtr
 
-from model.queueing.chain import StateTable, log_state_weights
+from model.queueing import kernel_samples
+from model.queueing.chain import StateTable
 from model.queueing.refined import seen_at_constant_rate
 
 FloatArray = NDArray[np.float64]
-
-
-def chain_pmf(table: StateTable, rate_per_ms: FloatArray) -> FloatArray:
-    """pi_i for i = 0..B-1 and P(i >= B) per rate (req/ms, 1-D); unstable rates put all mass
-    on B."""
-    log_p, log_r = log_state_weights(table, rate_per_ms)
-    head = np.exp(log_p - log_p.max(axis=1, keepdims=True))
-    r = np.exp(np.minimum(log_r, 0.0))
-    if table.max_queue_size is None:
-        stable = log_r < 0.0
-        # p_B (1 + r + r^2 + ...) = p_B / (1 - r) lumped into state B.
-        head[:, -1] /= np.where(stable, 1.0 - r, 1.0)
-    else:
-        q = table.max_queue_size
-        stable = np.ones(r.shape, dtype=bool)
-        # p_B (1 + r + ... + r^Q), computed as a geometric sum; r = 1 gives Q + 1.
-        near_one = np.abs(log_r) < 1e-12
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            geo = np.where(near_one, q + 1.0, np.expm1((q + 1) * log_r) / np.expm1(log_r))
-        # Far overload: the tail dwarfs the head; keep the lump finite in log space.
-        big = ~np.isfinite(geo) | (geo > 1e250)
-        if big.any():
-            head[big] = 0.0
-            head[big, -1] = 1.0
-            geo = np.where(big, 1.0, geo)
-        head[:, -1] *= geo
-    pmf: FloatArray = head / head.sum(axis=1, keepdims=True)
-    pmf[~stable] = 0.0
-    pmf[~stable, -1] = 1.0
-    return pmf
 
 
 def constant_rate_pmf(
@@ -121,15 +92,6 @@ def inverse_cdf(pmf: FloatArray, u: FloatArray) -> NDArray[np.intp]:
     i with P(state <= i) > u. Shape (rates, len(u))."""
     cdf = np.cumsum(pmf, axis=1)
     cdf /= cdf[:, -1:]
-    rows, states = cdf.shape
-    # Row k's CDF and levels live in [2k, 2k+1]: all rows at once. The state at a level counts
-    # the CDF values at or below it; placing the few CDF values among the sorted levels and
-    # counting up is cheaper than searching for every level.
-    offset = 2.0 * np.arange(rows, dtype=np.float64)[:, np.newaxis]
-    order = np.argsort(u)
-    levels = (u[order][np.newaxis, :] + offset).reshape(-1)
-    place = np.searchsorted(levels, (cdf + offset).reshape(-1), side="left")
-    below = np.cumsum(np.bincount(place, minlength=levels.size + 1)[:-1]).reshape(rows, -1)
-    state = np.empty(below.shape, dtype=np.intp)
-    state[:, order] = np.clip(below - np.arange(rows)[:, np.newaxis] * states, 0, states - 1)
-    return state
+    levels = np.ascontiguousarray(u, dtype=np.float64)
+    drawn: NDArray[np.intp] = kernel_samples.states_at_levels(cdf, levels, np.argsort(levels))
+    return drawn

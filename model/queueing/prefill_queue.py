@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-FloatArray = NDArray[np.float64]
+from model.queueing import kernel_arrivals
 
-_NEWTON_STEPS = 16  # for the bursty delay probability: converged to 1e-12 up to rho = 0.999
+FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,43 +89,19 @@ def prefill_work_queue(
     arrival_scv: float,
 ) -> PrefillWait:
     """GI/G/1 wait for prefill work at each arrival rate (req/ms, 1-D), from the mean (ms) and
-    squared CV of the prompt service S (per rate) and the squared CV of inter-arrival times."""
-    rho = rate_per_ms * service_mean_ms
-    stable = rho < 1.0
-    safe = np.where(stable, rho, 0.5)
-    if arrival_scv > 1.0:
-        # Bursts: P(W > 0) = sigma of gamma-renewal arrivals, tail mean E[S] (1 + cs2) / 2 /
-        # (1 - sigma) (exact GI/M/1 for cs2 = 1; Kingman's service factor otherwise).
-        sigma = bursty_delay_prob(safe, arrival_scv)
-        tail = (1.0 + service_scv) / 2.0 * service_mean_ms / (1.0 - sigma)
-        return PrefillWait(
-            utilization=rho,
-            delay_prob=np.where(stable, sigma, 1.0),
-            tail_ms=np.where(stable, tail, np.inf),
-        )
-    mean_wait = safe / (1.0 - safe) * (arrival_scv + service_scv) / 2.0 * service_mean_ms
-    positive = safe > 0.0
-    tail = np.where(positive, mean_wait / np.where(positive, safe, 1.0), 0.0)
-    return PrefillWait(
-        utilization=rho,
-        delay_prob=np.where(stable, rho, 1.0),
-        tail_ms=np.where(stable, tail, np.inf),
+    squared CV of the prompt service S (per rate) and the squared CV of inter-arrival times
+    (computed by model/queueing/kernel_arrivals.py)."""
+    rate, service, scv = (
+        np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
+        for v in np.broadcast_arrays(rate_per_ms, service_mean_ms, service_scv)
     )
+    delay, tail = kernel_arrivals.prefill_waits(rate, service, scv, float(arrival_scv))
+    return PrefillWait(utilization=rate * service, delay_prob=delay, tail_ms=tail)
 
 
 def bursty_delay_prob(utilization: FloatArray, arrival_scv: float) -> FloatArray:
-    """sigma in (0, 1): the root of sigma = A*(mu (1 - sigma)) for gamma-distributed
-    inter-arrival times of squared CV ca2 (shape k = 1 / ca2), A*(s) = (1 + s / (k lambda))^-k,
-    i.e. sigma = g(sigma) = (1 + (1 - sigma) / (k rho))^-k; sigma = rho for Poisson arrivals.
-    sigma - g is concave and rises through its first root, so Newton's steps from 0 climb
-    monotonically to it; 0 at rho = 0."""
-    k = 1.0 / arrival_scv
-    rho = np.maximum(utilization, 1e-300)
-    sigma = np.zeros_like(rho)
-    for _ in range(_NEWTON_STEPS):
-        base = 1.0 + (1.0 - sigma) / (k * rho)
-        g = base**-k
-        slope = 1.0 - base ** (-k - 1.0) / rho  # d(sigma - g) / d sigma, > 0 below the root
-        sigma = np.minimum(sigma + (g - sigma) / np.maximum(slope, 1e-12), 1.0 - 1e-12)
-    root: FloatArray = np.where(utilization > 0.0, sigma, 0.0)
+    """sigma in (0, 1) per element (1-D): P(W > 0) under gamma-renewal arrivals of squared CV
+    ca2 > 1 (kernel_arrivals.bursty_delay_prob); 0 at rho = 0."""
+    rho = np.ascontiguousarray(utilization, dtype=np.float64).reshape(-1)
+    root: FloatArray = kernel_arrivals.bursty_delay_probs(rho, float(arrival_scv))
     return root

@@ -15,6 +15,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaincinv, ndtri
 
+from model.queueing import kernel_samples
+
 FloatArray = NDArray[np.float64]
 
 POINTS = 1024  # points per metric; p99 rests on the 10 points beyond it
@@ -72,33 +74,16 @@ def count_quantile(mean: FloatArray, u: FloatArray, poisson: bool | FloatArray) 
     if not np.any(poisson):
         return steady
     # Poisson by inverse CDF: the count is the number of k with P(K <= k) < u (at most 201, a
-    # cap only reached for u within rounding of 1), counted up from 0 in place; the points
-    # still counting are gathered only once they are fewer than an eighth, since most means are
-    # small. A Normal approximation for large means.
+    # cap only reached for u within rounding of 1), counted up from 0 (compiled:
+    # model/queueing/kernel_samples.py). A Normal approximation for large means.
     flat_mean, flat_u = mean.reshape(-1), u.reshape(-1)
     large = flat_mean > 40.0
     counts: FloatArray = np.zeros(flat_mean.shape)
-    where: NDArray[np.intp] = np.arange(flat_mean.size)
-    m: FloatArray = np.where(large, 0.0, flat_mean)
-    level: FloatArray = np.where(large, 0.0, flat_u)  # never counted here
-    k: FloatArray = np.zeros(flat_mean.shape)
-    pmf: FloatArray = np.exp(-m)
-    cdf = pmf.copy()
-    for j in range(1, 202):
-        below = cdf < level
-        left = np.count_nonzero(below)
-        if left == 0:
-            break
-        k += below
-        if 8 * left < below.size:
-            counts[where] = k
-            keep = np.flatnonzero(below)
-            where, k = where[keep], k[keep]
-            m, level, pmf, cdf = m[keep], level[keep], pmf[keep], cdf[keep]
-        pmf *= m
-        pmf /= j
-        cdf += pmf
-    counts[where] = k
+    small = ~large
+    counts[small] = kernel_samples.poisson_counts(
+        np.ascontiguousarray(flat_mean[small], dtype=np.float64),
+        np.ascontiguousarray(flat_u[small], dtype=np.float64),
+    )
     if large.any():
         with np.errstate(invalid="ignore"):  # an infinite mean stays infinite
             big = flat_mean[large]

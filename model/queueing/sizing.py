@@ -3,10 +3,10 @@
 Search semantics are the spec's "clean" ones, not the Go bisection's: per target, the largest
 rate in [0.001 / tau(1), MaxRate = 0.999 B / tau(B)] up to which the metric stays within it (the
 first crossing from below); a target missed at the low end is infeasible. The capacity is the
-least of the TTFT rate, the ITL rate and MaxRate. A vectorised grid scan finds the first
-crossing even where chunk-count steps make ITL saw-toothed (T_p jumps up and ITL down where
-round(X-bar) crosses a chunk breakpoint; spec §6), then the bracket is subdivided until it is far
-narrower than the 1e-5 accuracy asked for.
+least of the TTFT rate, the ITL rate and MaxRate. A grid scan finds the first crossing even
+where chunk-count steps make ITL saw-toothed (T_p jumps up and ITL down where round(X-bar)
+crosses a chunk breakpoint; spec §6), then the bracket is subdivided until it is far narrower
+than the 1e-5 accuracy asked for (compiled: model/queueing/kernel_sizing.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from enum import StrEnum
 
 import numpy as np
 
+from model.queueing import kernel_mean, kernel_sizing
 from model.queueing.analyzer import MAX_RATE_FRACTION, Analysis, analyze_table
 from model.queueing.chain import StateTable, workload_table
+from model.queueing.kernel_table import CHUNKS
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.percentile_sizing import (
     PercentileTarget,
@@ -39,6 +41,7 @@ MIN_RATE_FRACTION = 1e-3
 SCAN_POINTS = 48  # first pass over [min, MaxRate]
 REFINE_POINTS = 32  # points per bracket in each refinement pass
 DENSE_SCAN_POINTS = 512  # second look where chunk steps can hide a crossing
+MAX_TEETH = 16  # chunk-count steps checked one by one (more: the dense scan alone)
 REFINE_REL_WIDTH = 1e-7  # stop when the bracket is this narrow relative to its lower end
 # Replica counts are ceil(total / capacity); forgive float noise in an exact multiple.
 CEIL_SLACK = 1e-9
@@ -112,57 +115,49 @@ class ReplicaPlan:
     capacity: SloCapacity
 
 
+_METRIC_ROWS = {"ttft_ms": kernel_mean.TTFT, "itl_ms": kernel_mean.ITL}
+
+
 def _first_crossing(
     table: StateTable, lo: float, hi: float, targets: dict[str, float]
 ) -> dict[str, float | None]:
     """Per metric: the largest rate in [lo, hi] up to which metric <= target, or None if
     the target is missed already at lo."""
-    found = _crossings(table, lo, dict.fromkeys(targets, hi), targets, SCAN_POINTS)
-    if np.ptp(table.chunks) > 0:
-        # Chunk-count steps make ITL saw-toothed: an excursion over the target can hide
-        # between two scan points. Look again, densely, below each rate found.
-        ends = {name: rate for name, rate in found.items() if rate is not None and rate > lo}
-        found.update(_crossings(table, lo, ends, targets, DENSE_SCAN_POINTS))
-    return found
-
-
-def _crossings(
-    table: StateTable,
-    lo: float,
-    ends: dict[str, float],
-    targets: dict[str, float],
-    points: int,
-) -> dict[str, float | None]:
-    """Scan [lo, ends[name]] per metric with `points` rates and refine each first crossing."""
+    vary = bool(np.ptp(table.states[:, CHUNKS, : table.max_batch_size]) > 0)
     found: dict[str, float | None] = {}
-    brackets = {name: (lo, end) for name, end in ends.items()}
-    count = points
-    # Every pass evaluates all open brackets in one vectorised model call.
-    while brackets:
-        names = list(brackets)
-        grid = np.concatenate([np.linspace(*brackets[name], count) for name in names])
-        result = analyze_table(table, grid)
-        for k, name in enumerate(names):
-            part = slice(k * count, (k + 1) * count)
-            seg = grid[part]
-            over = np.asarray(getattr(result, name))[part] > targets[name]
-            if not over.any():  # within the target over the whole bracket
-                found[name] = float(seg[-1])
-                del brackets[name]
-                continue
-            j = int(np.argmax(over))
-            if j == 0:  # missed at the bracket's low end: only possible at lo itself
-                found[name] = None
-                del brackets[name]
-                continue
-            low, high = float(seg[j - 1]), float(seg[j])
-            if high - low <= REFINE_REL_WIDTH * max(low, lo):
-                found[name] = low
-                del brackets[name]
-            else:
-                brackets[name] = (low, high)
-        count = REFINE_POINTS
+    for name, target in targets.items():
+        rate = _crossing(table, name, target, lo, hi, SCAN_POINTS)
+        if vary and rate is not None and rate > lo:
+            # Chunk-count steps make ITL saw-toothed: an excursion over the target can hide
+            # between two scan points. Look again, densely, below the rate found, and just
+            # below each step (an excursion can be narrower than the dense grid).
+            rate = _crossing(table, name, target, lo, rate, DENSE_SCAN_POINTS)
+            if rate is not None and rate > lo:
+                rate = _tooth_crossing(table, name, target, lo, rate)
+        found[name] = rate
     return found
+
+
+def _tooth_crossing(
+    table: StateTable, name: str, target: float, lo: float, end: float
+) -> float:
+    """The first crossing just below a chunk-count step under `end` (kernel_sizing.py)."""
+    rate, _ = kernel_sizing.tooth_crossing(
+        table.states, table.row_values, table.kernel_options, _METRIC_ROWS[name], target,
+        lo, end, MAX_TEETH, REFINE_REL_WIDTH,
+    )  # fmt: skip
+    return float(rate)
+
+
+def _crossing(
+    table: StateTable, name: str, target: float, lo: float, end: float, points: int
+) -> float | None:
+    """Scan [lo, end] with `points` rates and refine the first crossing (kernel_sizing.py)."""
+    rate, feasible = kernel_sizing.first_crossing(
+        table.states, table.row_values, table.kernel_options, _METRIC_ROWS[name], target,
+        lo, end, points, REFINE_POINTS, REFINE_REL_WIDTH,
+    )  # fmt: skip
+    return float(rate) if feasible else None
 
 
 def max_rate_for_slo(

@@ -246,11 +246,16 @@ class Simulator:
 
     def run(self, until_s: float = math.inf) -> SimResult:
         """Process every event at or before until_s (default: until none is left)."""
+        self.advance(until_s)
+        return self.result()
+
+    def advance(self, until_s: float) -> None:
+        """`run` without building its result (a copy of every request so far): for callers
+        that stop many times on a long run."""
         while self._heap and self._heap[0][0] <= until_s:
             self.step()
         if math.isfinite(until_s):
             self._now_s = max(self._now_s, until_s)
-        return self.result()
 
     def result(self) -> SimResult:
         """Records of every request that has arrived so far."""

@@ -22,8 +22,8 @@ COMMANDS = build_parser()[1]
 ONE_NAME = {
     "--max-num-seqs": {"simulate", "emulate", "plan", "fit"},
     "--max-num-batched-tokens": {"simulate", "emulate", "plan", "fit"},
-    "--input-tokens": {"simulate", "emulate", "plan"},
-    "--seed": {"simulate", "emulate", "demo"},
+    "--input-tokens": {"simulate", "emulate", "plan", "replay"},
+    "--seed": {"simulate", "emulate", "demo", "replay"},
     "--time-scale": {"emulate", "demo"},
 }
 RENAMED = {

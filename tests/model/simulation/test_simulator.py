@@ -264,3 +264,19 @@ def test_budget_is_respected_and_every_token_is_computed_once(poisson_1k: Reques
     assert sum(r.emitted_tokens for r in records) == poisson_1k.output_tokens.sum()
     assert np.all(result.ttft_ms >= LLAMA.alpha_ms)
     assert np.all(result.e2e_ms >= result.ttft_ms)
+
+
+def test_advance_moves_the_clock_like_run_without_building_a_result() -> None:
+    trace = poisson_trace(4.0, 30.0, LengthDist(LengthKind.UNIFORM, 256),
+                          LengthDist(LengthKind.UNIFORM, 64), np.random.default_rng(2))
+    ran, advanced = (Simulator(LLAMA, ServerConfig(), replicas=2) for _ in range(2))
+    for sim in (ran, advanced):
+        sim.add_requests(trace)
+    for until_s in (5.0, 12.5, 40.0):
+        expected = ran.run(until_s)
+        advanced.advance(until_s)
+        assert advanced.now_s == until_s == ran.now_s
+        got = advanced.result()
+        assert got.completed == expected.completed
+        np.testing.assert_array_equal(got.finish_s, expected.finish_s)
+    assert ran.result().completed > 50  # the runs did serve requests

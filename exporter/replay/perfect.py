@@ -1,5 +1,6 @@
-"""A perfect collector over the simulator: one window of its records -> the observations the
-closed loop feeds to each arm (bench/closed_loop.py, issue 8 part 4).
+"""A perfect collector over the simulator: one window of its requests -> the observation a
+policy decides on (the closed-loop bench's observer; `vllm-sizer replay` reads the emulated
+exposition instead, exporter/replay/exposition.py).
 
 What a collector would read from vLLM, taken exactly from the simulator instead of from metric
 deltas: over the window (start, end],

@@ -1,4 +1,4 @@
-"""The closed-loop bench's perfect collector on a few hand-timed requests.
+"""The perfect collector (the closed-loop bench's observer) on a few hand-timed requests.
 
 alpha = 100 ms and negligible beta, gamma: every iteration takes 0.1 s. One replica serves;
 a second one is asked for at t = 0 and is ready at 0.5 s. Requests (arrival s, n, m):
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.closed_loop_support import observe_window
 from exporter.reading.observations import ObservationStatus
 from exporter.reading.pod_observation import Problem
 from exporter.reading.vllm_metrics import HistogramName
+from exporter.replay.perfect import observe_window
 from model.queueing.params import ServerConfig, ServiceParams
 from model.simulation.simulator import Simulator
 from model.simulation.workloads import RequestTrace

@@ -1,0 +1,152 @@
+"""One `vllm-sizer replay` run: the arms of the chosen policies on one engine, scored window by
+window, stoppable between two windows (the result then says it is partial)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.replay.engine import ApplyAsIs, Arm, ArrivalSource, Engine, FleetSettings, Step
+from exporter.replay.exposition import ExpositionObserver
+from exporter.replay.hpa import Hpa
+from exporter.replay.policies import (
+    FixedPolicy,
+    OursPolicy,
+    PolicyName,
+    ReactivePolicy,
+    ThroughputPolicy,
+)
+from exporter.replay.scoring import Scorecard
+from exporter.replay.settings import ReplaySettings
+from model.queueing.params import ServiceParams
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Scores per policy and the load, window by window; `partial` when stopped early."""
+
+    settings: ReplaySettings
+    truth: ServiceParams
+    policies: tuple[str, ...]
+    cards: dict[str, Scorecard]
+    partial: bool = False
+    windows: int = 0
+    arrivals: int = 0
+    offered_rps: list[float] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)
+    final_params: dict[str, dict[str, float] | None] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.windows * self.settings.window_s
+
+
+def fleet_settings(settings: ReplaySettings, truth: ServiceParams) -> FleetSettings:
+    return FleetSettings(
+        params=truth,
+        server=settings.deployment.server,
+        kv_capacity_tokens=settings.kv_capacity_tokens,
+        startup_delay_s=settings.startup_delay_s,
+        window_s=settings.window_s,
+    )
+
+
+def build_arm(settings: ReplaySettings, name: PolicyName) -> Arm:
+    """One policy's arm: observed through the exposition, scaled by its HPA (fixed: as is)."""
+    dep = settings.deployment
+    observer = ExpositionObserver(
+        model_name=dep.model_name, kv_capacity_tokens=settings.kv_capacity_tokens,
+        deployment=dep.name,
+    )  # fmt: skip
+    sizer_hpa = Hpa(settings.sizer_behavior, dep.min_replicas, dep.max_replicas)
+    match name:
+        case PolicyName.OURS:
+            policy = OursPolicy(dep, settings.window_s,
+                                handover_requests=settings.handover_requests)
+            return Arm(policy, observer, sizer_hpa, settings.initial_replicas)
+        case PolicyName.THROUGHPUT:
+            return Arm(ThroughputPolicy(settings.kv_capacity_tokens, dep.max_replicas), observer,
+                       sizer_hpa, settings.initial_replicas)
+        case PolicyName.REACTIVE:
+            hpa = Hpa(settings.reactive_behavior, dep.min_replicas, dep.max_replicas)
+            return Arm(ReactivePolicy(settings.reactive_metric, settings.reactive_threshold),
+                       observer, hpa, settings.initial_replicas)
+        case PolicyName.FIXED:
+            fixed = settings.fixed_replicas
+            return Arm(FixedPolicy(fixed), observer, ApplyAsIs(), fixed)
+
+
+def replay(
+    settings: ReplaySettings,
+    truth: ServiceParams,
+    policies: Sequence[PolicyName],
+    arrivals: ArrivalSource,
+    *,
+    on_step: Callable[[Step, ReplayResult], None] | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> ReplayResult:
+    """Replay `arrivals` under each policy until they run out or `stop()` says so (checked
+    after each window)."""
+    began = time.perf_counter()
+    arms = [build_arm(settings, name) for name in policies]
+    engine = Engine(fleet_settings(settings, truth), arms)
+    names = tuple(name.value for name in policies)
+    result = ReplayResult(
+        settings, truth, names,
+        {n: Scorecard.new(settings.deployment.slo, settings.window_s) for n in names},
+    )  # fmt: skip
+    try:
+        for step in engine.steps(arrivals):
+            for window in step.arms:
+                result.cards[window.arm].add(window)
+            result.windows += 1
+            result.arrivals += step.arrivals
+            result.offered_rps.append(step.offered_rps)
+            if on_step is not None:
+                on_step(step, result)
+            if stop() and not arrivals.exhausted:
+                result.partial = True
+                break
+    finally:
+        for arm in arms:
+            if isinstance(arm.policy, OursPolicy):
+                params = arm.policy.params
+                result.final_params[arm.policy.name] = None if params is None else params.to_dict()
+                arm.policy.close()
+    for name, sim in engine.fleets():
+        result.rejected[name] = int(sim.requests.rejected[: sim.requests.size].sum())
+    result.wall_s = time.perf_counter() - began
+    return result
+
+
+def result_json(result: ReplayResult, price: float | None) -> dict[str, Any]:
+    """The report as JSON-safe data (seconds and ms as named)."""
+    s = result.settings
+    return {
+        "partial": result.partial,
+        "windows": result.windows,
+        "window_s": s.window_s,
+        "duration_s": result.duration_s,
+        "arrivals": result.arrivals,
+        "wall_s": result.wall_s,
+        "truth_ms": result.truth.to_dict(),
+        "deployment": s.deployment.name,
+        "startup_delay_s": s.startup_delay_s,
+        "replicas": {"min": s.deployment.min_replicas, "max": s.deployment.max_replicas,
+                     "initial": s.initial_replicas, "fixed": s.fixed_replicas},
+        "price_per_replica_hour": price,
+        "policies": {
+            name: result.cards[name].summary(price)
+            | {"rejected_requests": result.rejected.get(name, 0)}
+            | ({"final_params_ms": result.final_params[name]}
+               if name in result.final_params else {})
+            for name in result.policies
+        },
+        "series": {
+            "offered_rps": result.offered_rps,
+            **{name: result.cards[name].series for name in result.policies},
+        },
+    }

@@ -1,0 +1,64 @@
+"""What each policy proposes from a window it reads."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from exporter.config import DeploymentConfig, SloConfig, SourceConfig
+from exporter.replay.perfect import WindowView, observe_window
+from exporter.replay.policies import (
+    FixedPolicy,
+    OursPolicy,
+    ReactiveMetric,
+    ReactivePolicy,
+)
+from model.queueing.params import ServerConfig, ServiceParams
+from model.simulation.simulator import Simulator
+from model.simulation.workloads import RequestTrace
+
+
+def _view() -> WindowView:
+    sim = Simulator(ServiceParams(100.0, 1e-9, 1e-12), ServerConfig(4, 100), replicas=2,
+                    kv_capacity_tokens=100, record_iterations=True)
+    sim.add_requests(RequestTrace(np.array([0.1, 0.2]), np.array([10, 10]), np.array([3, 3])))
+    start = sim.replica_status()
+    sim.run(1.0)
+    return observe_window(sim.result(), 0.0, 1.0, start, [sim.replica_status()],
+                          emitted_tokens=0, kv_capacity_tokens=100)
+
+
+def test_reactive_policy_sums_the_gauge_against_its_threshold() -> None:
+    view = replace(_view(), waiting_requests=7, kv_usage_ratio=0.6)
+    waiting = ReactivePolicy(ReactiveMetric.WAITING, 5.0).decide(view, 1.0, 2)
+    assert (waiting.value, waiting.target) == (7.0, 5.0)
+    kv = ReactivePolicy(ReactiveMetric.KV_CACHE, 0.8).decide(view, 1.0, 2)
+    assert kv.value == 0.6 * 2 and kv.target == 0.8  # two pods at 60 %
+
+
+def test_fixed_policy_ignores_the_window() -> None:
+    assert FixedPolicy(4).decide(_view(), 1.0, 1).value == 4
+
+
+def _ours(handover: float) -> OursPolicy:
+    dep = DeploymentConfig(name="sim", model_name="m", source=SourceConfig(scrape_urls=("http://x",)),
+                           server=ServerConfig(256, 8192), slo=SloConfig(ttft_ms=50.0, itl_ms=20.0))
+    return OursPolicy(dep, 1.0, handover_requests=handover)
+
+
+def test_ours_hands_over_to_the_reactive_count_while_uncalibrated() -> None:
+    view = _view()
+    view = replace(view, observation=replace(view.observation, requests_in_flight=130.0))
+    policy = _ours(64.0)
+    try:
+        proposal = policy.decide(view, 1.0, 2)
+    finally:
+        policy.close()
+    assert proposal.reason == "handover" and proposal.value == 3  # ceil(130 / 64)
+    plain = _ours(0.0)
+    try:
+        kept = plain.decide(view, 1.0, 2)
+    finally:
+        plain.close()
+    assert kept.reason != "handover" and kept.value == 2  # no estimate yet: the count is held

@@ -1,0 +1,177 @@
+"""`vllm-sizer replay` end to end on the shipped sample (tests/data/replay-sample.csv: ten
+minutes, about 1800 requests): determinism, exact fixed-N cost, bad rows, progress, Ctrl-C."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.commands.cli import main
+from exporter.commands.fit import read_observations
+from exporter.replay.trace import parse_time
+from model import ServerConfig, fit
+from tests.conftest import DATA_DIR, REPO_ROOT
+
+TRACE = DATA_DIR / "replay-sample.csv"
+CONFIG = DATA_DIR / "replay-sample.yaml"
+WINDOW_S = 30.0
+
+
+def _replay(out: Path, *extra: str, trace: Path = TRACE, config: Path = CONFIG) -> int:
+    return main(["replay", "--trace", str(trace), "--config", str(config), "--out", str(out),
+                 "--progress", "never", *extra])
+
+
+def _report(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "replay.json").read_text())
+    return data
+
+
+def _span_s(path: Path) -> float:
+    with path.open() as fh:
+        times = [parse_time(r["TIMESTAMP"]) for r in csv.DictReader(fh)]
+    return times[-1] - times[0]
+
+
+def test_same_trace_and_seed_give_the_same_report(tmp_path: Path) -> None:
+    assert _replay(tmp_path / "a", "--seed", "3") == 0
+    assert _replay(tmp_path / "b", "--seed", "3") == 0
+    first, second = _report(tmp_path / "a"), _report(tmp_path / "b")
+    first.pop("wall_s"), second.pop("wall_s")
+    assert first == second
+    assert list(first["policies"]) == ["ours", "throughput", "reactive", "fixed"]
+    assert first["arrivals"] > 1000 and not first["partial"]
+    assert (tmp_path / "a" / "replay.png").stat().st_size > 10_000
+    # A scaled rate is another draw: the seed matters where randomness is used.
+    assert _replay(tmp_path / "c", "--seed", "3", "--rate-scale", "1.5", "--policy", "fixed") == 0
+    assert _replay(tmp_path / "d", "--seed", "4", "--rate-scale", "1.5", "--policy", "fixed") == 0
+    assert _report(tmp_path / "c")["arrivals"] != _report(tmp_path / "d")["arrivals"]
+
+
+def test_fixed_replicas_cost_exactly_n_times_the_replayed_time(tmp_path: Path) -> None:
+    assert _replay(tmp_path, "--policy", "fixed", "--price-per-replica-hour", "2") == 0
+    report = _report(tmp_path)
+    windows = math.floor(_span_s(TRACE) / WINDOW_S) + 1  # through the window of the last row
+    assert report["windows"] == windows
+    fixed = report["policies"]["fixed"]
+    assert fixed["replica_hours"] == 3 * windows * WINDOW_S / 3600.0
+    assert fixed["cost"] == 2 * fixed["replica_hours"]
+    assert fixed["mean_replicas"] == 3 and fixed["peak_replicas"] == 3
+    assert set(report["series"]["fixed"]["provisioned"]) == {3}
+
+
+def _with_bad_row(tmp_path: Path) -> Path:
+    lines = TRACE.read_text().splitlines()
+    stamp = lines[100].split(",")[0]
+    lines.insert(101, f"{stamp},12x,40")  # data row 101, line 102
+    path = tmp_path / "bad.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_malformed_row_stops_the_replay_naming_row_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = _replay(tmp_path / "out", "--policy", "fixed", trace=_with_bad_row(tmp_path))
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "row 101 (line 102), column 'ContextTokens'" in err and "'12x'" in err
+    assert not (tmp_path / "out" / "replay.json").exists()
+
+
+def test_skip_bad_rows_counts_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _with_bad_row(tmp_path)
+    assert _replay(tmp_path / "out", "--policy", "fixed", "--skip-bad-rows", trace=bad) == 0
+    assert _report(tmp_path / "out")["bad_rows_skipped"] == 1
+    assert "1 malformed rows skipped" in capsys.readouterr().out
+
+
+def test_missing_truth_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = yaml.safe_load(CONFIG.read_text())
+    del config["replay"]["truth"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert _replay(tmp_path / "out", config=path) == 2
+    assert "the serving truth is missing" in capsys.readouterr().err
+    assert _replay(tmp_path / "out", "--policy", "fixed", "--truth-params", "6.68,0.0201,5.52e-5",
+                   config=path) == 0
+
+
+def test_rate_profile_input(tmp_path: Path) -> None:
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time,rate\n0,2\n120,6\n240,2\n")
+    status = main(["replay", "--rate-profile", str(profile), "--config", str(CONFIG),
+                   "--policy", "reactive,fixed", "--out", str(tmp_path / "out"),
+                   "--progress", "never"])
+    assert status == 0
+    report = _report(tmp_path / "out")
+    assert report["windows"] == 8 and 700 < report["arrivals"] < 1300
+
+
+def _start(tmp_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "exporter.commands.cli", "replay", "--trace", str(TRACE),
+         "--config", str(CONFIG), "--out", str(tmp_path), "--progress", "always"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_progress_bar_and_ctrl_c_gives_a_partial_report(tmp_path: Path) -> None:
+    proc = _start(tmp_path)
+    assert proc.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 120
+    while "min replayed" not in seen and time.monotonic() < deadline:
+        seen += proc.stderr.read(1)
+    assert "[#" in seen or "[." in seen, seen  # a bar with its share done
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert out.startswith("partial replay:")
+    assert "stopping after this window" in err
+    report = _report(tmp_path)
+    assert report["partial"] is True
+    assert 1 <= report["windows"] < math.floor(_span_s(TRACE) / WINDOW_S) + 1
+    assert report["policies"]["fixed"]["windows"] == report["windows"]
+
+
+def test_length_laws_are_refused_with_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["replay", "--trace", str(TRACE), "--config", str(CONFIG), "--input-tokens", "100"])
+    assert caught.value.code == 2
+    assert "argument --input-tokens: only with --rate-profile" in capsys.readouterr().err
+
+
+def test_the_truth_from_a_state_file_or_a_fit(tmp_path: Path) -> None:
+    tuner = json.loads((DATA_DIR / "tuner-state-before-prior.json").read_text())
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"version": 1, "state": {"deployments": {
+        "llama-8b-vllm": {"tuner": tuner, "recommender": {}, "workload": None}}}}))
+    assert _replay(tmp_path / "s", "--policy", "fixed", "--window", "0:60",
+                   "--truth-state", str(state)) == 0
+    assert _report(tmp_path / "s")["truth_ms"] == tuner["params"]
+    with (DATA_DIR / "h100-grid.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh)
+                if r["model"].startswith("Llama") and r["in_paper_fit"] == "1"]
+    points = tmp_path / "points.csv"
+    with points.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert _replay(tmp_path / "f", "--policy", "fixed", "--window", "0:60",
+                   "--truth-fit", str(points)) == 0
+    fitted = fit(read_observations(points), ServerConfig(256, 8192)).params  # what `fit` says
+    assert _report(tmp_path / "f")["truth_ms"] == fitted.to_dict()
+    assert fitted.alpha_ms == pytest.approx(6.68, rel=0.05)  # near paper Table I's
