@@ -113,7 +113,13 @@ class Arm(StrEnum):
 # -- one run ---------------------------------------------------------------------------------
 
 
-def _deployment(scenario: Scenario, look_ahead_s: float, slo: SloConfig | None) -> DeploymentConfig:
+def deployment_config(
+    scenario: Scenario,
+    look_ahead_s: float,
+    slo: SloConfig | None = None,
+    initial_params: ServiceParams | None = None,
+) -> DeploymentConfig:
+    """The simulated deployment ours sizes: the scenario's targets unless `slo` is given."""
     return DeploymentConfig(
         name="sim",
         model_name="llama",
@@ -122,6 +128,7 @@ def _deployment(scenario: Scenario, look_ahead_s: float, slo: SloConfig | None) 
         slo=slo or SloConfig(ttft_ms=scenario.ttft_ms, itl_ms=scenario.itl_ms),
         max_replicas=MAX_REPLICAS,
         look_ahead_s=look_ahead_s,
+        initial_params=initial_params,
     )
 
 
@@ -146,7 +153,9 @@ def run_arm(
         policy = ThroughputPolicy(KV_CAPACITY_TOKENS, MAX_REPLICAS, name=arm.value)
     else:
         look_ahead_s = LOOK_AHEAD_S if arm is Arm.LOOK_AHEAD else 0.0
-        policy = OursPolicy(_deployment(scenario, look_ahead_s, slo), WINDOW_S, name=arm.value)
+        policy = OursPolicy(
+            deployment_config(scenario, look_ahead_s, slo), WINDOW_S, name=arm.value
+        )
     observer = PerfectObserver(kv_capacity_tokens=KV_CAPACITY_TOKENS)
     engine = Engine(FLEET, [EngineArm(policy, observer, ApplyAsIs())])
     arrivals = DrawnArrivals(trace, lambda t_s: float(profile.rate_at(t_s)))

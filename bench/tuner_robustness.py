@@ -42,7 +42,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.closed_loop import SCENARIOS, DaemonArm  # noqa: E402
+from bench.closed_loop import SCENARIOS, deployment_config  # noqa: E402
 from bench.closed_loop_report import Scenario  # noqa: E402
 from bench.single_shape import (  # noqa: E402
     WINDOW_S,
@@ -52,6 +52,7 @@ from bench.single_shape import (  # noqa: E402
     wandering_profile,
 )
 from exporter.replay.perfect import WindowView  # noqa: E402
+from exporter.replay.policies import OursPolicy  # noqa: E402
 from exporter.replay.report import json_safe  # noqa: E402
 from model.calibration.tuner import DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS  # noqa: E402
 from model.queueing.params import ServerConfig, ServiceParams  # noqa: E402
@@ -117,12 +118,17 @@ def measure_truth(params: ServiceParams, scenario: Scenario, seed: int) -> Truth
     return Truth(list(map(float, TRUTH_GRID)), ttft, itl, capacity * sat, sat)
 
 
+def ours(scenario: Scenario, seed_params: ServiceParams | None) -> OursPolicy:
+    """Our daemon without look-ahead, from `seed_params` (None: uncalibrated)."""
+    return OursPolicy(deployment_config(scenario, 0.0, initial_params=seed_params), WINDOW_S)
+
+
 def drive(
     scenario: Scenario, views: list[WindowView], seed_params: ServiceParams | None, ref_rps: float
 ) -> dict[str, list[Any]]:
     """Feed the windows to a daemon; per cycle: published capacity, parameters, confidence,
     tuner reason, and the published TTFT and ITL predictions at `ref_rps` on one replica."""
-    arm = DaemonArm(scenario, 0.0, initial_params=seed_params, server=SERVER)
+    arm = ours(scenario, seed_params)
     out: dict[str, list[Any]] = {
         k: [] for k in ("capacity_rps", "params", "confidence", "reason", "ttft_ms", "itl_ms")
     }
@@ -184,7 +190,7 @@ def seeded_accuracy(
 ) -> dict[str, Any]:
     """The seeded run stopped after `after` windows: predictions at PREDICT_LOADS and the
     capacity, each as a ratio to the truth's."""
-    arm = DaemonArm(scenario, 0.0, initial_params=SEEDED, server=SERVER)
+    arm = ours(scenario, SEEDED)
     for view in views[:after]:
         arm.decide(view, view.observation.end_time_s, 1)
     ratios: dict[str, Any] = {}
