@@ -37,6 +37,7 @@ from exporter.exposition import BuildInfoCollector
 from exporter.reading.sources import ScrapeSource, SourceRead
 from exporter.server import SizerHTTPServer
 from model import ServerConfig, ServiceParams
+from model.calibration.warmup import compile_model_kernel
 from model.simulation.workloads import PAPER_PROFILE_SEGMENTS, LengthDist, LengthKind, RateProfile
 
 TRUE_PARAMS = ServiceParams(6.68, 2.01e-2, 5.52e-5)  # paper Table I, Llama-3.1-8B on H100 (ms)
@@ -121,6 +122,11 @@ def run_demo(args: argparse.Namespace) -> int:
         problem = f"argument --out: cannot create {args.out} ({exc.strerror})"
         print(f"vllm-sizer demo: error: {problem}", file=sys.stderr)
         return 2
+    # The model's kernel is compiled before the emulated clock starts: a first run compiles it
+    # (seconds, a minute on a loaded machine), which would stall the first cycles while the
+    # fleet's time runs on and leave them to read bunched, distorted windows.
+    print("vllm-sizer demo: preparing the model (compiled on the first run, then cached)")
+    compile_model_kernel()
     rng = np.random.default_rng(args.seed)
     profile = RateProfile.paper(BASE_RPS)
     duration_s = min(args.minutes * 60.0, profile.duration_s)
