@@ -19,12 +19,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.model_speed import LLAMA, PERCENTILE_TARGETS, SHAPE, median_us  # noqa: E402
+from bench.model_speed import LLAMA as LLAMA_MS  # noqa: E402
+from bench.model_speed import median_us  # noqa: E402
 from exporter.config import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
 from exporter.recommender import forecast  # noqa: E402
-from model import ServerConfig  # noqa: E402
+from model import LatencyMetric, PercentileTarget, ServerConfig, ServiceParams, Workload  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+LLAMA = ServiceParams(*LLAMA_MS)
+SHAPE = Workload(1024, 512)
+PERCENTILE_TARGETS = (
+    PercentileTarget(LatencyMetric.TTFT, 0.95, 100.0),
+    PercentileTarget(LatencyMetric.ITL_PER_TOKEN, 0.99, 40.0),
+)
+MIN_TIME_S = 0.5  # per timed batch
 
 
 def deployment(slo: SloConfig) -> DeploymentConfig:
@@ -52,7 +60,8 @@ def main() -> None:
         us = median_us(
             lambda dep=dep: forecast(  # type: ignore[misc]
                 dep, LLAMA, SHAPE, (0.1, 0.05), size_for_rps=20.0, per_replica_rps=5.0
-            )
+            ),
+            MIN_TIME_S,
         )
         print(f"{name:40s} {us / 1000:8.2f} ms per deployment and cycle")
         rows.append({"case": name, "median_us": us})
