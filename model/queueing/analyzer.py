@@ -23,7 +23,7 @@ from model.queueing.chain import (
     StateTable,
     evaluate,
     kernel_options,
-    state_table,
+    occupancy_logs,
     work_options,
     workload_table,
 )
@@ -82,9 +82,9 @@ def analyze(
         if math.isfinite(rate) and rate >= 0:
             # One rate: the table and the chain in one compiled call, no intermediate arrays.
             out = kernel_mean.analyze_one(
-                workload.avg_input_tokens, workload.avg_output_tokens, params.as_tuple(),
-                server.max_batch_size, work_options(options), kernel_options(server, options),
-                rate,
+                workload.avg_input_tokens, workload.avg_output_tokens, params.alpha_ms,
+                params.beta_ms, params.gamma_ms, work_options(options),
+                kernel_options(server, options), occupancy_logs(server.max_batch_size), rate,
             )  # fmt: skip
             return _scalar_analysis(out.tolist(), rate)
     rates = require_rates("rate_rps", rate_rps)
@@ -117,9 +117,16 @@ def analyze_points(
         )
     if np.any(m < 1):
         raise ValueError(f"`avg_output_tokens` must be >= 1, got {m[np.argmax(m < 1)]}")
-    return analyze_table(
-        state_table(params, server, n, m, options=options), rates, synchronous=synchronous
-    )
+    closed = _synchronous_mask(synchronous, rates.shape)
+    # Writeable contiguous copies: the kernel is compiled for those (a caller's read-only
+    # array would compile another specialization).
+    rates = np.array(rates, dtype=np.float64)
+    out = kernel_mean.point_outputs(
+        np.array(n, dtype=np.float64), np.array(m, dtype=np.float64), rates, closed,
+        np.array([params.as_tuple()]), work_options(options), kernel_options(server, options),
+        occupancy_logs(server.max_batch_size),
+    )  # fmt: skip
+    return analysis_of(out, rates, scalar=False)
 
 
 # Analysis fields in the kernel's output rows (kernel_mean), after `stable` and the rate.
@@ -154,11 +161,17 @@ def point_latencies(
     """TTFT, ITL (ms; inf when unstable) and saturation rate (req/s) of K operating points
     (validated 1-D arrays of length K, as for `analyze_points`) under each of P parameter
     vectors theta[p] = (alpha, beta, gamma) (ms), in one compiled call: shape (P, K) each."""
-    out: tuple[FloatArray, FloatArray, FloatArray] = kernel_mean.point_outputs(
+    out = kernel_mean.point_outputs(
         avg_input_tokens, avg_output_tokens, rate_rps, synchronous, theta,
-        server.max_batch_size, work_options(options), kernel_options(server, options),
+        work_options(options), kernel_options(server, options),
+        occupancy_logs(server.max_batch_size),
     )  # fmt: skip
-    return out
+    shape = (theta.shape[0], avg_input_tokens.shape[0])
+    return (
+        out[kernel_mean.TTFT].reshape(shape),
+        out[kernel_mean.ITL].reshape(shape),
+        out[kernel_mean.SATURATION].reshape(shape),
+    )
 
 
 def analyze_table(
@@ -192,15 +205,28 @@ def analysis_of(out: FloatArray, rates: FloatArray, *, scalar: bool) -> Analysis
     )
 
 
+# A scalar Analysis is filled through its slots' setters: the frozen __init__ (keyword
+# parsing, then object.__setattr__ per field) took 5 us, half of a one-shot `analyze`.
+_SETTERS: tuple[tuple[Any, int], ...] = tuple(
+    (getattr(Analysis, name).__set__, k) for name, k in _FIELD_ROWS.items()
+)
+_SET_STABLE = Analysis.stable.__set__
+_SET_RATE = Analysis.offered_rate_rps.__set__
+_SET_CHUNKS = Analysis.chunks.__set__
+_SET_MAX_RATE = Analysis.max_rate_rps.__set__
+_SET_SATURATION = Analysis.saturation_rate_rps.__set__
+
+
 def _scalar_analysis(col: list[float], rate_rps: float) -> Analysis:
-    return Analysis(
-        stable=col[kernel_mean.STABLE] > 0.0,
-        offered_rate_rps=rate_rps,
-        chunks=int(col[kernel_mean.CHUNK_COUNT]),
-        max_rate_rps=col[kernel_mean.MAX_RATE],
-        saturation_rate_rps=col[kernel_mean.SATURATION],
-        **{name: col[k] for name, k in _FIELD_ROWS.items()},
-    )
+    out = object.__new__(Analysis)
+    _SET_STABLE(out, col[kernel_mean.STABLE] > 0.0)
+    _SET_RATE(out, rate_rps)
+    for setter, k in _SETTERS:
+        setter(out, col[k])
+    _SET_CHUNKS(out, int(col[kernel_mean.CHUNK_COUNT]))
+    _SET_MAX_RATE(out, col[kernel_mean.MAX_RATE])
+    _SET_SATURATION(out, col[kernel_mean.SATURATION])
+    return out
 
 
 def _synchronous_mask(synchronous: ArrayLike | None, shape: tuple[int, ...]) -> NDArray[np.bool_]:

@@ -19,6 +19,7 @@ loops (kernel_table.py, kernel_chain.py, kernel_mean.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -155,6 +156,13 @@ class StateTable:
         return out
 
 
+# The kernel's input vectors below are cached (one-shot `analyze` spent a third of its time
+# building them) and shared: never written, by the kernels or anyone else. Writeable all the
+# same, as numba compiles read-only arrays as another type.
+_VECTORS_CACHED = 256
+
+
+@lru_cache(maxsize=_VECTORS_CACHED)
 def work_options(options: ModelOptions) -> FloatArray:
     """The kernel's work vector (kernel_table.build_states) of a variant."""
     if not options.refined:
@@ -166,6 +174,7 @@ def work_options(options: ModelOptions) -> FloatArray:
     ])  # fmt: skip
 
 
+@lru_cache(maxsize=_VECTORS_CACHED)
 def kernel_options(server: ServerConfig, options: ModelOptions) -> FloatArray:
     """The kernel's options vector (kernel_mean.OPT_*)."""
     queue = -1.0 if server.max_queue_size is None else float(server.max_queue_size)
@@ -173,6 +182,13 @@ def kernel_options(server: ServerConfig, options: ModelOptions) -> FloatArray:
         1.0 if options.refined else 0.0, options.arrival_cv**2, options.input_length_cv**2,
         float(server.max_num_batched_tokens), queue,
     ])  # fmt: skip
+
+
+@lru_cache(maxsize=16)
+def occupancy_logs(max_batch_size: int) -> FloatArray:
+    """log(i) for i = 1..B (kernel_table.occupancy_logs), computed once per B."""
+    out: FloatArray = kernel_table.occupancy_logs(max_batch_size)
+    return out
 
 
 def state_table(

@@ -179,43 +179,41 @@ def evaluate(
 
 @compiled
 def analyze_one(
-    n: float, m: float, params: tuple[float, float, float], big_b: int, work: FloatArray,
-    opts: FloatArray, rate_rps: float,
+    n: float, m: float, alpha: float, beta: float, gamma: float, work: FloatArray,
+    opts: FloatArray, log_occ: FloatArray, rate_rps: float,
 ) -> FloatArray:
-    """Every output at one rate (req/s) for one request shape: the table and the chain in one
-    call (the one-shot `analyze`)."""
-    one = np.ones(1)
-    states, rows = kernel_table.build_states(
-        n * one, m * one, params[0] * one, params[1] * one, params[2] * one, big_b,
-        opts[OPT_BUDGET], work,
+    """Every output at one rate (req/s) for one request shape and parameters (ms): the table
+    row and the chain in one call (the one-shot `analyze`); B = len(log_occ)."""
+    out = point_outputs(
+        np.array([n]), np.array([m]), np.array([rate_rps]), np.zeros(1, np.bool_),
+        np.array([[alpha, beta, gamma]]), work, opts, log_occ,
     )  # fmt: skip
-    log_p, w = np.empty(big_b + 1), np.empty(big_b + 1)
-    sol, out = np.empty(chain.CHAIN_FIELDS), np.empty(FIELDS)
-    rate_outputs(states, rows, 0, big_b, opts, rate_rps, False, log_p, w, sol, out)
-    return out
+    return out[:, 0]
 
 
 @compiled
 def point_outputs(
     n: FloatArray, m: FloatArray, rates_rps: FloatArray, synchronous: NDArray[np.bool_],
-    theta: FloatArray, big_b: int, work: FloatArray, opts: FloatArray,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """TTFT, ITL (ms) and saturation rate (req/s), shape (P, K), of K points (request shape,
-    rate) under each of P parameter vectors theta[p] = (alpha, beta, gamma) (ms)."""
+    theta: FloatArray, work: FloatArray, opts: FloatArray, log_occ: FloatArray,
+) -> FloatArray:
+    """Every output (FIELDS, P x K; column p K + k) of K points (request shape, rate) under
+    each of P parameter vectors theta[p] = (alpha, beta, gamma) (ms); B = len(log_occ).
+
+    Each point's table row is built, evaluated and overwritten by the next: the memory is one
+    row whatever P x K (a table of every row was 295 KB per point at B = 4096)."""
+    big_b = log_occ.shape[0]
     count, points = theta.shape[0], n.shape[0]
-    size = count * points
-    nn, mm, rr, ss = np.empty(size), np.empty(size), np.empty(size), np.empty(size, np.bool_)
-    a, b, g = np.empty(size), np.empty(size), np.empty(size)
+    out = np.empty((FIELDS, count * points))
+    states = np.empty((1, kernel_table.STATE_FIELDS, big_b + 1))
+    rows = np.empty((1, kernel_table.ROW_FIELDS))
+    log_p, w = np.empty(big_b + 1), np.empty(big_b + 1)
+    sol, col = np.empty(chain.CHAIN_FIELDS), np.empty(FIELDS)
     for p in range(count):
+        alpha, beta, gamma = theta[p, 0], theta[p, 1], theta[p, 2]
         for k in range(points):
-            j = p * points + k
-            nn[j], mm[j], rr[j], ss[j] = n[k], m[k], rates_rps[k], synchronous[k]
-            a[j], b[j], g[j] = theta[p, 0], theta[p, 1], theta[p, 2]
-    states, rows = kernel_table.build_states(nn, mm, a, b, g, big_b, opts[OPT_BUDGET], work)
-    out, _ = evaluate(states, rows, opts, rr, ss, False)
-    shape = (count, points)
-    return (
-        out[TTFT].copy().reshape(shape),
-        out[ITL].copy().reshape(shape),
-        out[SATURATION].copy().reshape(shape),
-    )
+            kernel_table.fill_row(states, rows, 0, n[k], m[k], alpha, beta, gamma,
+                                  opts[OPT_BUDGET], work, log_occ)  # fmt: skip
+            rate_outputs(states, rows, 0, big_b, opts, rates_rps[k], synchronous[k],
+                         log_p, w, sol, col)  # fmt: skip
+            out[:, p * points + k] = col
+    return out

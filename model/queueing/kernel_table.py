@@ -66,6 +66,13 @@ def fill_chunks(n: FloatArray, m: FloatArray, budget: float, big_b: int, out: Fl
 
 
 @compiled
+def occupancy_logs(big_b: int) -> FloatArray:
+    """log(i) for i = 1..B (column i - 1), shared by every row of a table."""
+    out: FloatArray = np.log(np.arange(1.0, big_b + 1.0))
+    return out
+
+
+@compiled
 def build_states(
     n: FloatArray,
     m: FloatArray,
@@ -80,52 +87,67 @@ def build_states(
 
     `work` = [refined (0/1), prefix hit ratio h, h^2, kappa, cv_n^2, cv_m^2] (the paper variant
     passes h = 0 and no extra terms)."""
-    refined, hit, hit2, kappa = work[0] > 0.0, work[1], work[2], work[3]
-    cv2n, cv2m = work[4], work[5]
     count = n.shape[0]
     states = np.empty((count, STATE_FIELDS, big_b + 1))
-    states[:, :, big_b] = 0.0  # column B is CUM_LOG_MU's only
-    states[:, CUM_LOG_MU, 0] = 0.0
-    log_occ = np.log(np.arange(1.0, big_b + 1.0))  # shared by the rows
     rows = np.empty((count, ROW_FIELDS))
+    log_occ = occupancy_logs(big_b)
     for k in range(count):
-        nk, mk, a, b, g = n[k], m[k], alpha[k], beta[k], gamma[k]
-        n_comp = nk * (1.0 - hit)
-        w_dec = b * mk + g * mk * (nk + (mk + 1.0) / 2.0)
-        attention = 0.0
-        if refined:
-            # The refined terms (module docstring).
-            attention = b * kappa * nk * nk * (1.0 + cv2n) * (1.0 - hit2) / 2.0
-            w_dec = w_dec + g * mk * mk * cv2m / 2.0
-        one = chunk_threshold(1.0, n_comp, mk, budget) >= big_b  # the budget holds a prompt
-        cum, top_mu, c = 0.0, 0.0, 1.0
-        for i in range(1, big_b + 1):
-            if not one:
-                c = chunk_count(c, float(i), n_comp, mk, budget)
+        fill_row(states, rows, k, n[k], m[k], alpha[k], beta[k], gamma[k], budget, work, log_occ)
+    return states, rows
+
+
+@compiled
+def fill_row(
+    states: FloatArray, rows: FloatArray, k: int, nk: float, mk: float, a: float, b: float,
+    g: float, budget: float, work: FloatArray, log_occ: FloatArray,
+) -> None:
+    """Row k of the packed table (build_states) for one request shape (n, m) and parameters
+    (ms), B = len(log_occ); the same numbers whichever row and table it fills."""
+    big_b = log_occ.shape[0]
+    refined, hit, hit2, kappa = work[0] > 0.0, work[1], work[2], work[3]
+    cv2n, cv2m = work[4], work[5]
+    states[k, :, big_b] = 0.0  # column B is CUM_LOG_MU's only
+    states[k, CUM_LOG_MU, 0] = 0.0
+    n_comp = nk * (1.0 - hit)
+    w_dec = b * mk + g * mk * (nk + (mk + 1.0) / 2.0)
+    attention = 0.0
+    if refined:
+        # The refined terms (module docstring).
+        attention = b * kappa * nk * nk * (1.0 + cv2n) * (1.0 - hit2) / 2.0
+        w_dec = w_dec + g * mk * mk * cv2m / 2.0
+    # c(i) steps only where thr(c) < i: the threshold of the current c is kept, and the terms
+    # of c alone are computed where it steps, not per state (the same operations, so the same
+    # numbers). thr = -1 makes state 1 compute those of c(1).
+    c, thr = 1.0, -1.0
+    cum, top_mu, w_pref, w_total, fixed = 0.0, 0.0, 0.0, 0.0, 0.0
+    for i in range(1, big_b + 1):
+        occ = float(i)
+        if thr < occ:
+            c = chunk_count(c, occ, n_comp, mk, budget)
+            thr = chunk_threshold(c, n_comp, mk, budget)
             w_pref = b * n_comp + g * n_comp * (c + 1.0) / 2.0 + g * c * (nk - n_comp)
             if refined:
                 w_pref = w_pref + attention
             w_total = w_pref + w_dec
-            occ = float(i)
-            tau = (c + mk) * a + occ * w_total
-            log_mu = log_occ[i - 1] - math.log(tau)
-            cum = cum + log_mu  # np.cumsum's order
-            col = i - 1
-            states[k, CHUNKS, col] = c
-            states[k, W_PREF, col] = w_pref
-            states[k, TAU, col] = tau
-            states[k, LOG_MU, col] = log_mu
-            states[k, CUM_LOG_MU, i] = cum
-            states[k, MU, col] = occ / tau
-            states[k, INV_MU, col] = tau / occ
-            top_mu = max(top_mu, occ / tau)
-            states[k, MAX_MU, col] = top_mu
-        low = np.inf
-        for col in range(big_b - 1, -1, -1):
-            low = min(low, states[k, LOG_MU, col])
-            states[k, MIN_LOG_MU, col] = low
-        rows[k, ALPHA] = a
-        rows[k, W_DEC] = w_dec
-        rows[k, OUTPUT] = mk
-        rows[k, PREFILL_TOKENS] = n_comp
-    return states, rows
+            fixed = (c + mk) * a
+        tau = fixed + occ * w_total
+        log_mu = log_occ[i - 1] - math.log(tau)
+        cum = cum + log_mu  # np.cumsum's order
+        col = i - 1
+        states[k, CHUNKS, col] = c
+        states[k, W_PREF, col] = w_pref
+        states[k, TAU, col] = tau
+        states[k, LOG_MU, col] = log_mu
+        states[k, CUM_LOG_MU, i] = cum
+        states[k, MU, col] = occ / tau
+        states[k, INV_MU, col] = tau / occ
+        top_mu = max(top_mu, occ / tau)
+        states[k, MAX_MU, col] = top_mu
+    low = np.inf
+    for col in range(big_b - 1, -1, -1):
+        low = min(low, states[k, LOG_MU, col])
+        states[k, MIN_LOG_MU, col] = low
+    rows[k, ALPHA] = a
+    rows[k, W_DEC] = w_dec
+    rows[k, OUTPUT] = mk
+    rows[k, PREFILL_TOKENS] = n_comp
