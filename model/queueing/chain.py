@@ -202,12 +202,12 @@ def state_table(
     """Precompute c(i), work terms, tau(i) and log departure rates for i = 1..B, one row per
     request shape (n_tokens, m_tokens: 1-D arrays of equal length). Spec §2, §4; the refined
     variant adds the work terms of kernel_table.py to W_pref and W_dec."""
-    n = np.asarray(n_tokens, dtype=np.float64).reshape(-1)
-    m = np.asarray(m_tokens, dtype=np.float64).reshape(-1)
-    one = np.ones(n.shape[0])
+    n = np.array(n_tokens, dtype=np.float64).reshape(-1)
+    m = np.array(m_tokens, dtype=np.float64).reshape(-1)
     states, row_values = kernel_table.build_states(
-        n, m, params.alpha_ms * one, params.beta_ms * one, params.gamma_ms * one,
-        server.max_batch_size, float(server.max_num_batched_tokens), work_options(options),
+        n, m, params.alpha_ms, params.beta_ms, params.gamma_ms,
+        float(server.max_num_batched_tokens), work_options(options),
+        occupancy_logs(server.max_batch_size),
     )  # fmt: skip
     states.flags.writeable = False
     row_values.flags.writeable = False

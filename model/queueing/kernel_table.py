@@ -76,23 +76,23 @@ def occupancy_logs(big_b: int) -> FloatArray:
 def build_states(
     n: FloatArray,
     m: FloatArray,
-    alpha: FloatArray,
-    beta: FloatArray,
-    gamma: FloatArray,
-    big_b: int,
+    alpha: float,
+    beta: float,
+    gamma: float,
     budget: float,
     work: FloatArray,
+    log_occ: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
-    """The packed table for rows (n, m) with per-row parameters (ms; arrays of one length).
+    """The packed table for rows (n, m) (arrays of one length) under parameters (ms);
+    B = len(log_occ) (`occupancy_logs`).
 
     `work` = [refined (0/1), prefix hit ratio h, h^2, kappa, cv_n^2, cv_m^2] (the paper variant
     passes h = 0 and no extra terms)."""
-    count = n.shape[0]
+    count, big_b = n.shape[0], log_occ.shape[0]
     states = np.empty((count, STATE_FIELDS, big_b + 1))
     rows = np.empty((count, ROW_FIELDS))
-    log_occ = occupancy_logs(big_b)
     for k in range(count):
-        fill_row(states, rows, k, n[k], m[k], alpha[k], beta[k], gamma[k], budget, work, log_occ)
+        fill_row(states, rows, k, n[k], m[k], alpha, beta, gamma, budget, work, log_occ)
     return states, rows
 
 
@@ -102,7 +102,7 @@ def fill_row(
     g: float, budget: float, work: FloatArray, log_occ: FloatArray,
 ) -> None:
     """Row k of the packed table (build_states) for one request shape (n, m) and parameters
-    (ms), B = len(log_occ); the same numbers whichever row and table it fills."""
+    (ms); the same numbers whichever row and table it fills."""
     big_b = log_occ.shape[0]
     refined, hit, hit2, kappa = work[0] > 0.0, work[1], work[2], work[3]
     cv2n, cv2m = work[4], work[5]
