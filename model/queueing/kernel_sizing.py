@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 
 from model.queueing import kernel_chain as chain
 from model.queueing import kernel_mean as mean
+from model.queueing import kernel_table
 from model.queueing.jit import compiled
 
 FloatArray = NDArray[np.float64]
@@ -33,24 +34,39 @@ def linspace_at(start: float, stop: float, count: int, k: int) -> float:
 
 
 @compiled
-def first_crossing(
-    states: FloatArray, rows: FloatArray, opts: FloatArray, metric: int, target: float,
-    lo: float, end: float, points: int, refine: int, rel_width: float,
-) -> tuple[float, bool]:
-    """(rate, True): the largest rate in [lo, end] (req/s) up to which output `metric` stays
-    within target, to rel_width; (0.0, False) when the target is missed at lo."""
+def first_overs(
+    states: FloatArray, rows: FloatArray, opts: FloatArray, metrics: NDArray[np.int64],
+    targets: FloatArray, start: float, stop: float, count: int,
+) -> NDArray[np.int64]:
+    """Per target t: the first k with output metrics[t] over targets[t] at the rate
+    linspace(start, stop, count)[k] (-1: none). One evaluation per rate serves every target;
+    the scan stops once each target has crossed."""
     big_b = states.shape[2] - 1
     log_p, w = np.empty(big_b + 1), np.empty(big_b + 1)
     sol, col = np.empty(chain.CHAIN_FIELDS), np.empty(mean.FIELDS)
+    over = np.full(metrics.shape[0], -1)
+    left = metrics.shape[0]
+    for k in range(count):
+        if left == 0:
+            break
+        rate = linspace_at(start, stop, count, k)
+        mean.rate_outputs(states, rows, 0, big_b, opts, rate, False, log_p, w, sol, col)
+        for t in range(metrics.shape[0]):
+            if over[t] < 0 and col[metrics[t]] > targets[t]:
+                over[t] = k
+                left -= 1
+    return over
+
+
+@compiled
+def narrowed(
+    states: FloatArray, rows: FloatArray, opts: FloatArray, metric: int, target: float,
+    lo: float, end: float, points: int, over: int, refine: int, rel_width: float,
+) -> tuple[float, bool]:
+    """`first_crossing` once its first scan, of [lo, end] with `points` rates, found `over`."""
     start, stop, count = lo, end, points
+    metrics, targets = np.array([metric]), np.array([target])
     while True:
-        over = -1
-        for k in range(count):
-            rate = linspace_at(start, stop, count, k)
-            mean.rate_outputs(states, rows, 0, big_b, opts, rate, False, log_p, w, sol, col)
-            if col[metric] > target:
-                over = k
-                break
         if over < 0:  # within the target over the whole bracket
             return stop, True
         if over == 0:  # missed at the bracket's low end: only possible at lo itself
@@ -60,6 +76,49 @@ def first_crossing(
         if high - low <= rel_width * max(low, lo):
             return low, True
         start, stop, count = low, high, refine
+        over = first_overs(states, rows, opts, metrics, targets, start, stop, count)[0]
+
+
+@compiled
+def first_crossing(
+    states: FloatArray, rows: FloatArray, opts: FloatArray, metric: int, target: float,
+    lo: float, end: float, points: int, refine: int, rel_width: float,
+) -> tuple[float, bool]:
+    """(rate, True): the largest rate in [lo, end] (req/s) up to which output `metric` stays
+    within target, to rel_width; (0.0, False) when the target is missed at lo."""
+    over = first_overs(
+        states, rows, opts, np.array([metric]), np.array([target]), lo, end, points
+    )[0]
+    return narrowed(states, rows, opts, metric, target, lo, end, points, over, refine, rel_width)
+
+
+@compiled
+def crossings(
+    states: FloatArray, rows: FloatArray, opts: FloatArray, metrics: NDArray[np.int64],
+    targets: FloatArray, lo: float, hi: float, grid: NDArray[np.int64], rel_width: float,
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """Sizing's search (model/queueing/sizing.py) per target t: the largest rate in [lo, hi]
+    (req/s) up to which output metrics[t] stays within targets[t], and whether it is met at
+    lo. `grid` = (first scan points, refinement points, dense scan points, teeth checked).
+    The first scan is shared by the targets; where the chunk count varies, the rate found is
+    checked again by a dense scan below it and just below each chunk step."""
+    points, refine, dense, max_teeth = grid[0], grid[1], grid[2], grid[3]
+    chunks = states[:, kernel_table.CHUNKS, : states.shape[2] - 1]
+    vary = chunks.max() - chunks.min() > 0
+    first = first_overs(states, rows, opts, metrics, targets, lo, hi, points)
+    rates, feasible = np.empty(metrics.shape[0]), np.empty(metrics.shape[0], np.bool_)
+    for t in range(metrics.shape[0]):
+        metric, target = metrics[t], targets[t]
+        rate, ok = narrowed(states, rows, opts, metric, target, lo, hi, points, first[t],
+                            refine, rel_width)  # fmt: skip
+        if vary and ok and rate > lo:
+            rate, ok = first_crossing(states, rows, opts, metric, target, lo, rate, dense,
+                                      refine, rel_width)  # fmt: skip
+            if ok and rate > lo:
+                rate, _ = tooth_crossing(states, rows, opts, metric, target, lo, rate,
+                                         max_teeth, rel_width)  # fmt: skip
+        rates[t], feasible[t] = rate, ok
+    return rates, feasible
 
 
 @compiled

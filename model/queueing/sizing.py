@@ -21,7 +21,6 @@ import numpy as np
 from model.queueing import kernel_mean, kernel_sizing
 from model.queueing.analyzer import MAX_RATE_FRACTION, Analysis, analyze_table
 from model.queueing.chain import StateTable, workload_table
-from model.queueing.kernel_table import CHUNKS
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.percentile_sizing import (
     PercentileTarget,
@@ -116,48 +115,29 @@ class ReplicaPlan:
 
 
 _METRIC_ROWS = {"ttft_ms": kernel_mean.TTFT, "itl_ms": kernel_mean.ITL}
+# kernel_sizing.crossings' search grid.
+_GRID = np.array([SCAN_POINTS, REFINE_POINTS, DENSE_SCAN_POINTS, MAX_TEETH])
 
 
 def _first_crossing(
     table: StateTable, lo: float, hi: float, targets: dict[str, float]
 ) -> dict[str, float | None]:
     """Per metric: the largest rate in [lo, hi] up to which metric <= target, or None if
-    the target is missed already at lo."""
-    vary = bool(np.ptp(table.states[:, CHUNKS, : table.max_batch_size]) > 0)
-    found: dict[str, float | None] = {}
-    for name, target in targets.items():
-        rate = _crossing(table, name, target, lo, hi, SCAN_POINTS)
-        if vary and rate is not None and rate > lo:
-            # Chunk-count steps make ITL saw-toothed: an excursion over the target can hide
-            # between two scan points. Look again, densely, below the rate found, and just
-            # below each step (an excursion can be narrower than the dense grid).
-            rate = _crossing(table, name, target, lo, rate, DENSE_SCAN_POINTS)
-            if rate is not None and rate > lo:
-                rate = _tooth_crossing(table, name, target, lo, rate)
-        found[name] = rate
-    return found
-
-
-def _tooth_crossing(
-    table: StateTable, name: str, target: float, lo: float, end: float
-) -> float:
-    """The first crossing just below a chunk-count step under `end` (kernel_sizing.py)."""
-    rate, _ = kernel_sizing.tooth_crossing(
-        table.states, table.row_values, table.kernel_options, _METRIC_ROWS[name], target,
-        lo, end, MAX_TEETH, REFINE_REL_WIDTH,
+    the target is missed already at lo. A scan of [lo, hi] then the bracket of the first
+    crossing refined; where chunk-count steps make ITL saw-toothed, an excursion over the
+    target can hide between two scan points: a dense scan below the rate found, and a look
+    just below each step (an excursion can be narrower than the dense grid). Compiled, one
+    call for every target: model/queueing/kernel_sizing.py."""
+    metrics = np.array([_METRIC_ROWS[name] for name in targets])
+    values = np.array(list(targets.values()), dtype=np.float64)
+    rates, feasible = kernel_sizing.crossings(
+        table.states, table.row_values, table.kernel_options, metrics, values, lo, hi, _GRID,
+        REFINE_REL_WIDTH,
     )  # fmt: skip
-    return float(rate)
-
-
-def _crossing(
-    table: StateTable, name: str, target: float, lo: float, end: float, points: int
-) -> float | None:
-    """Scan [lo, end] with `points` rates and refine the first crossing (kernel_sizing.py)."""
-    rate, feasible = kernel_sizing.first_crossing(
-        table.states, table.row_values, table.kernel_options, _METRIC_ROWS[name], target,
-        lo, end, points, REFINE_POINTS, REFINE_REL_WIDTH,
-    )  # fmt: skip
-    return float(rate) if feasible else None
+    return {
+        name: float(rate) if ok else None
+        for name, rate, ok in zip(targets, rates.tolist(), feasible.tolist(), strict=True)
+    }
 
 
 def max_rate_for_slo(
