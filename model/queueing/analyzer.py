@@ -12,6 +12,7 @@ or the paper's; the chain and every other output are shared.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,14 +208,16 @@ def analysis_of(out: FloatArray, rates: FloatArray, *, scalar: bool) -> Analysis
 
 # A scalar Analysis is filled through its slots' setters: the frozen __init__ (keyword
 # parsing, then object.__setattr__ per field) took 5 us, half of a one-shot `analyze`.
-_SETTERS: tuple[tuple[Any, int], ...] = tuple(
-    (getattr(Analysis, name).__set__, k) for name, k in _FIELD_ROWS.items()
+def _setter(name: str) -> Callable[[Analysis, object], None]:
+    setter: Callable[[Analysis, object], None] = getattr(Analysis, name).__set__
+    return setter
+
+
+_SETTERS = tuple((_setter(name), k) for name, k in _FIELD_ROWS.items())
+_SET_STABLE, _SET_RATE, _SET_CHUNKS, _SET_MAX_RATE, _SET_SATURATION = (
+    _setter(name)
+    for name in ("stable", "offered_rate_rps", "chunks", "max_rate_rps", "saturation_rate_rps")
 )
-_SET_STABLE = Analysis.stable.__set__
-_SET_RATE = Analysis.offered_rate_rps.__set__
-_SET_CHUNKS = Analysis.chunks.__set__
-_SET_MAX_RATE = Analysis.max_rate_rps.__set__
-_SET_SATURATION = Analysis.saturation_rate_rps.__set__
 
 
 def _scalar_analysis(col: list[float], rate_rps: float) -> Analysis:

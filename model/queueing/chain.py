@@ -10,10 +10,11 @@ so p_i = p_0 prod_{j<=i} lambda / mu_j, summed as logs and normalised after subt
 max. The waiting room beyond B is infinite
 (stable iff lambda < B / tau(B)) or holds Q requests.
 
-Tables have one row per request shape: one row for `analyze` on one workload, K rows when K
-observations with different shapes are evaluated together (the tuner's fits). Rates are given
-per row, or many rates share a single row. The table and the chain are computed by compiled
-loops (kernel_table.py, kernel_chain.py, kernel_mean.py).
+Tables have one row per request shape: one row for `analyze` on one workload, shared by every
+rate evaluated on it (sizing, percentiles). Points that each have their own shape or parameters
+(`analyze_points`, the tuner's fits) are evaluated one row at a time instead, each built and
+evaluated in place (kernel_mean.point_outputs). The table and the chain are computed by
+compiled loops (kernel_table.py, kernel_chain.py, kernel_mean.py).
 """
 
 from __future__ import annotations
