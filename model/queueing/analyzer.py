@@ -23,9 +23,7 @@ from model.queueing import kernel_mean
 from model.queueing.chain import (
     StateTable,
     evaluate,
-    kernel_options,
-    occupancy_logs,
-    work_options,
+    kernel_inputs,
     workload_table,
 )
 from model.queueing.params import ServerConfig, ServiceParams, Workload
@@ -84,8 +82,7 @@ def analyze(
             # One rate: the table and the chain in one compiled call, no intermediate arrays.
             out = kernel_mean.analyze_one(
                 workload.avg_input_tokens, workload.avg_output_tokens, params.alpha_ms,
-                params.beta_ms, params.gamma_ms, work_options(options),
-                kernel_options(server, options), occupancy_logs(server.max_batch_size), rate,
+                params.beta_ms, params.gamma_ms, *kernel_inputs(server, options), rate,
             )  # fmt: skip
             return _scalar_analysis(out.tolist(), rate)
     rates = require_rates("rate_rps", rate_rps)
@@ -124,8 +121,7 @@ def analyze_points(
     rates = np.array(rates, dtype=np.float64)
     out = kernel_mean.point_outputs(
         np.array(n, dtype=np.float64), np.array(m, dtype=np.float64), rates, closed,
-        np.array([params.as_tuple()]), work_options(options), kernel_options(server, options),
-        occupancy_logs(server.max_batch_size),
+        np.array([params.as_tuple()]), *kernel_inputs(server, options),
     )  # fmt: skip
     return analysis_of(out, rates, scalar=False)
 
@@ -164,8 +160,7 @@ def point_latencies(
     vectors theta[p] = (alpha, beta, gamma) (ms), in one compiled call: shape (P, K) each."""
     out = kernel_mean.point_outputs(
         avg_input_tokens, avg_output_tokens, rate_rps, synchronous, theta,
-        work_options(options), kernel_options(server, options),
-        occupancy_logs(server.max_batch_size),
+        *kernel_inputs(server, options),
     )  # fmt: skip
     shape = (theta.shape[0], avg_input_tokens.shape[0])
     return (

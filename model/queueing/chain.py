@@ -157,13 +157,6 @@ class StateTable:
         return out
 
 
-# The kernel's input vectors below are cached (one-shot `analyze` spent a third of its time
-# building them) and shared: never written, by the kernels or anyone else. Writeable all the
-# same, as numba compiles read-only arrays as another type.
-_VECTORS_CACHED = 256
-
-
-@lru_cache(maxsize=_VECTORS_CACHED)
 def work_options(options: ModelOptions) -> FloatArray:
     """The kernel's work vector (kernel_table.build_states) of a variant."""
     if not options.refined:
@@ -175,7 +168,6 @@ def work_options(options: ModelOptions) -> FloatArray:
     ])  # fmt: skip
 
 
-@lru_cache(maxsize=_VECTORS_CACHED)
 def kernel_options(server: ServerConfig, options: ModelOptions) -> FloatArray:
     """The kernel's options vector (kernel_mean.OPT_*)."""
     queue = -1.0 if server.max_queue_size is None else float(server.max_queue_size)
@@ -192,6 +184,22 @@ def occupancy_logs(max_batch_size: int) -> FloatArray:
     return out
 
 
+# The kernel's input arrays are cached (one-shot `analyze` spent a third of its time building
+# them) and shared: never written, by the kernels or anyone else. Writeable all the same, as
+# numba compiles read-only arrays as another type.
+@lru_cache(maxsize=256)
+def kernel_inputs(
+    server: ServerConfig, options: ModelOptions
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The work vector, the options vector and log(i) that every kernel call on this server
+    and variant takes, in one cache look-up."""
+    return (
+        work_options(options),
+        kernel_options(server, options),
+        occupancy_logs(server.max_batch_size),
+    )
+
+
 def state_table(
     params: ServiceParams,
     server: ServerConfig,
@@ -205,10 +213,10 @@ def state_table(
     variant adds the work terms of kernel_table.py to W_pref and W_dec."""
     n = np.array(n_tokens, dtype=np.float64).reshape(-1)
     m = np.array(m_tokens, dtype=np.float64).reshape(-1)
+    work, opts, log_occ = kernel_inputs(server, options)
     states, row_values = kernel_table.build_states(
         n, m, params.alpha_ms, params.beta_ms, params.gamma_ms,
-        float(server.max_num_batched_tokens), work_options(options),
-        occupancy_logs(server.max_batch_size),
+        float(server.max_num_batched_tokens), work, log_occ,
     )  # fmt: skip
     states.flags.writeable = False
     row_values.flags.writeable = False
@@ -220,7 +228,7 @@ def state_table(
         budget_tokens=server.max_num_batched_tokens,
         max_queue_size=server.max_queue_size,
         options=options,
-        kernel_options=kernel_options(server, options),
+        kernel_options=opts,
     )
 
 
