@@ -4,7 +4,8 @@
 
 The rates are np.linspace's, bit for bit, and are evaluated from the low end up to the first
 one over the target only: the rates past it never change the answer, so the search returns what
-evaluating every rate of each pass returned, at a fraction of the cost.
+evaluating every rate of each pass returned, at a fraction of the cost. The targets' first scans
+cover the same rates: each is evaluated once for all of them (`crossings`).
 """
 
 from __future__ import annotations
