@@ -18,8 +18,9 @@ request shape did to it:
   such skips in a row the data decides again (an estimate too slow cannot lock itself out; spec
   §16 #12-14). Cold, `trust.looks_saturated` and `window_fit.without_saturated` keep such
   points out of the first fit;
-- a detected change (`trust.changed`) cuts the window to its newest CHANGE_RUN points, fitted
-  at once with the prior;
+- a detected change cuts the window to the points since it began, fitted at once with the
+  prior: `trust.changed` (the newest CHANGE_RUN points under the current estimate), or
+  `change_watch` (a CUSUM of each new point's error under the estimate made without it);
 - identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone.
 """
 
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from model.calibration.change_watch import ChangeWatch
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
 from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
@@ -127,6 +129,7 @@ class Tuner:
         self.prior = prior
         self.initial = initial
         self._memory = CalibrationMemory()
+        self._watch = ChangeWatch()
         self._window: deque[Observation] = deque(maxlen=self.window_size)
         self._params = initial
         self._state = TunerState.WARMING if initial is None else TunerState.HOLDING
@@ -232,8 +235,9 @@ class Tuner:
             self._skipped[skip] += 1
             memory.held += self._params is not None
             return self._status(success=False, skipped=skip)
+        began = self._innovation_change(observation)
         self._window.append(observation)
-        self._cut_on_change()
+        self._cut_on_change(began)
         # After a change cut the window, its newest points are fitted at once (with the prior).
         needed = CHANGE_RUN if self._fit_count > 0 else self.min_observations
         if len(self._window) < min(needed, self.min_observations):
@@ -257,17 +261,32 @@ class Tuner:
         self._reason = verdict
         return self._status(success=accepted, dropped=dropped, result=result)
 
-    def _cut_on_change(self) -> None:
-        """Keep only the newest CHANGE_RUN points when they show the deployment changed."""
-        if self._params is None or self._fit_count == 0 or len(self._window) <= CHANGE_RUN:
-            return
-        problem = FitProblem(list(self._window), self.server, self.options)
+    def _innovation_change(self, observation: Observation) -> int | None:
+        """The observation's errors under the estimate made without it, to the change watch:
+        the number of newest points since a change it calls began, else None."""
+        if self._params is None or self._fit_count == 0:
+            return None
+        problem = FitProblem([observation], self.server, self.options)
         errors, _ = problem.relative_errors(self._params)
-        if changed(errors):
-            newest = list(self._window)[-CHANGE_RUN:]
-            self._window.clear()
-            self._window.extend(newest)
-            self._memory.changed(self._params)
+        return self._watch.add(float(errors[0, 0]), float(errors[0, 1]))
+
+    def _cut_on_change(self, began: int | None) -> None:
+        """Keep only the points since a change when the change watch called one (`began`
+        newest points) or the newest CHANGE_RUN points show one."""
+        if self._params is None or self._fit_count == 0:
+            return
+        keep = began
+        if keep is None and len(self._window) > CHANGE_RUN:
+            problem = FitProblem(list(self._window), self.server, self.options)
+            errors, _ = problem.relative_errors(self._params)
+            keep = CHANGE_RUN if changed(errors) else None
+        if keep is None:
+            return
+        newest = list(self._window)[-keep:]
+        self._window.clear()
+        self._window.extend(newest)
+        self._memory.changed(self._params)
+        self._watch.reset()
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
@@ -360,6 +379,7 @@ class Tuner:
             "params": None if self._params is None else self._params.to_dict(),
             "fit_count": self._fit_count,
             **self._memory.to_dict(),
+            "change_watch": self._watch.to_dict(),
             "skipped": {reason.value: count for reason, count in self._skipped.items()},
             "saturated_run": self._saturated_run,
             "window": [obs.to_dict() for obs in self._window],
@@ -396,6 +416,7 @@ class Tuner:
             tuner._fit_count = require_int_at_least("fit_count", data["fit_count"], 0)
             tuner._saturated_run = require_int_at_least("saturated_run", data["saturated_run"], 0)
             tuner._memory = CalibrationMemory.from_dict(data, params)
+            tuner._watch = ChangeWatch.from_dict(data.get("change_watch"))
             for key, count in data["skipped"].items():
                 skip = _enum(SkipReason, "skipped", key)
                 tuner._skipped[skip] = require_int_at_least(f"skipped.{key}", count, 0)
