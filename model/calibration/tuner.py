@@ -212,10 +212,14 @@ class Tuner:
         cold, seeded or after a detected change, per parameter centred on the last value the
         data identified, else the seed, else `prior` (`CalibrationMemory.prior`)."""
         memory = self._memory
-        recovering = memory.since_change is not None and memory.since_change < self.min_observations
+        recovering = self._recovering()
         steady = None if self._fit_count == 0 or recovering else self._params
         return memory.prior(
-            self.prior, self.initial, (self.lower_bounds, self.upper_bounds), steady
+            self.prior,
+            self.initial,
+            (self.lower_bounds, self.upper_bounds),
+            steady,
+            recovering=recovering,
         )
 
     @property
@@ -245,9 +249,8 @@ class Tuner:
             return self._status(success=False)
         result, dropped = self._refit()
         self._last_fit = result
-        recovering = self._memory.since_change is not None and len(self._window) < self.window_size
         verdict = judge(
-            result, self.lower_bounds, self.upper_bounds, need_identified=not recovering
+            result, self.lower_bounds, self.upper_bounds, need_identified=not self._recovering()
         )
         accepted = verdict in (TunerReason.ACCEPTED, TunerReason.ACCEPTED_PARTIAL)
         if accepted:
@@ -260,6 +263,13 @@ class Tuner:
             memory.held += self._params is not None
         self._reason = verdict
         return self._status(success=accepted, dropped=dropped, result=result)
+
+    def _recovering(self) -> bool:
+        """Since a detected change, until the window holds window_size points again: each fit
+        then takes every point since the change at once, from the estimate before it (no
+        steady prior: one around the latest estimate would make those few points a random
+        walk from the first of them)."""
+        return self._memory.since_change is not None and len(self._window) < self.window_size
 
     def _innovation_change(self, observation: Observation) -> int | None:
         """The observation's errors under the estimate made without it, to the change watch:
