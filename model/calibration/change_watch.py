@@ -12,11 +12,11 @@ arrival, against the estimate made without it (its innovation), per metric (TTFT
 
 sigma = 1.4826 x their MAD, at least SIGMA_FLOOR (a window's mean latency carries a few %
 sampling noise). A change is called when S+ or S- exceeds THRESHOLD on either metric; it
-began with the oldest of the newest points that each lie beyond ALLOWANCE on the change's side
-(not where the sum last was 0: a sum that lingered a little above 0 before the change would
-date it too early), and the tuner keeps only those. Z_CLIP bounds what one point adds: two 10x TTFT spikes
-(each +Z_CLIP - ALLOWANCE) stay below THRESHOLD, while a shift of a few sigma on every new point
-is called after two or three of them.
+began with the oldest of the newest points that each lie beyond ALLOWANCE on the change's
+side (not where the sum last was 0: a sum that lingered a little above 0 before the change
+would date it too early), and the tuner keeps only those. Z_CLIP bounds what one point adds:
+two 10x TTFT spikes (each +Z_CLIP - ALLOWANCE) stay below THRESHOLD, while a shift of a few
+sigma on every new point is called after two or three of them.
 """
 
 from __future__ import annotations
@@ -42,9 +42,7 @@ THRESHOLD = 7.0
 class ChangeWatch:
     """Two-sided CUSUM per metric of the innovations (module docstring)."""
 
-    history: deque[tuple[float, float]] = field(
-        default_factory=lambda: deque(maxlen=WATCH_HISTORY)
-    )
+    history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=WATCH_HISTORY))
     upper: list[float] = field(default_factory=lambda: [0.0, 0.0])
     lower: list[float] = field(default_factory=lambda: [0.0, 0.0])
     streak: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # newest points beyond
@@ -60,9 +58,7 @@ class ChangeWatch:
         if len(self.history) >= WATCH_MIN_HISTORY:
             past = np.array(self.history)
             centre = np.median(past, axis=0)
-            sigma = np.maximum(
-                SIGMA_FLOOR, MAD_TO_SIGMA * np.median(np.abs(past - centre), axis=0)
-            )
+            sigma = np.maximum(SIGMA_FLOOR, MAD_TO_SIGMA * np.median(np.abs(past - centre), axis=0))
             z = np.clip((np.array(innovation) - centre) / sigma, -Z_CLIP, Z_CLIP)
             for k in range(2):
                 self.upper[k] = max(0.0, self.upper[k] + z[k] - ALLOWANCE)
@@ -74,8 +70,9 @@ class ChangeWatch:
             if over:
                 called = max(1, max(over))
         if called is not None:
-            self.reset()
-        self.history.append(innovation)
+            self.reset()  # the new estimate's innovations describe the changed deployment
+        else:
+            self.history.append(innovation)
         return called
 
     def reset(self) -> None:
@@ -105,4 +102,3 @@ class ChangeWatch:
         if len(watch.upper) != 2 or len(watch.lower) != 2 or len(watch.streak) != 4:
             raise ValueError(f"`change_watch` is malformed, got {dict(data)!r}")
         return watch
-

@@ -54,8 +54,8 @@ class CalibrationMemory:
         replaces the chain for a parameter the estimate identified, and multiplies it for one
         the estimate did not (the chain's weak pull keeps that one from wandering off).
         `recovering` from a detected change, the anchor of a parameter the estimate before it
-        did not identify has the width CHANGE_LOG_SIGMA. The centre is clipped into the bounds so a
-        prior never pulls outside them."""
+        did not identify has the width CHANGE_LOG_SIGMA. The centre is clipped into the bounds
+        so a prior never pulls outside them."""
         centre = np.log(np.array(base.centre.as_tuple()))
         precision = 1.0 / np.array(base.log_sigma) ** 2
         seeded = None if seed is None else seed.as_tuple()
@@ -63,8 +63,8 @@ class CalibrationMemory:
             anchor = self.anchor[k]
             if anchor is not None:
                 held = recovering and self.open_at_change[k]
-                sigma = CHANGE_LOG_SIGMA if held else LOG_SIGMAS[CentreSource.ESTIMATE]
-                centre[k], precision[k] = math.log(anchor), sigma**-2
+                width = CHANGE_LOG_SIGMA if held else LOG_SIGMAS[CentreSource.ESTIMATE]
+                centre[k], precision[k] = math.log(anchor), width**-2
             elif seeded is not None:
                 centre[k], precision[k] = math.log(seeded[k]), LOG_SIGMAS[CentreSource.SEED] ** -2
             if steady is not None:
@@ -99,7 +99,8 @@ class CalibrationMemory:
         then trade against what it pins: alpha up, gamma down, the ITL curve flattened)."""
         self.anchor = list(params.as_tuple())
         self.since_change = 0
-        self.open_at_change = (not self.identified[0], not self.identified[1], not self.identified[2])
+        known = self.identified
+        self.open_at_change = (not known[0], not known[1], not known[2])
 
     def confidence(
         self, has_estimate: bool, errors: NDArray[np.float64] | None, settle: int
