@@ -10,6 +10,8 @@ connections). Checked and written to bench/results/soak.json:
   without a cycle (`vllm_sizer_cycles_skipped_total`);
 - every healthy deployment's desired count within +-1 of `replicas_for_slo` at the true
   parameters and the offered load, and within the bounds, at every check after warm-up;
+- no faulty deployment's desired count above FAULTY_MAX_DESIRED after warm-up: their pods
+  serve 2 req/s (a sixth of one replica's capacity), whatever lie they tell;
 - the daemon process's RSS grows by less than 10 MB after warm-up, and its thread count does
   not grow (by more than 2): the last minute against the first minute after warm-up, RSS by
   its median and threads by their floor (the minimum), so an in-flight 32 MiB body or a burst
@@ -72,6 +74,7 @@ FAULT_PERIOD_S = 60.0
 WARMUP_S = 120.0
 MAX_RSS_GROWTH_MB = 10.0
 MAX_THREAD_GROWTH = 2
+FAULTY_MAX_DESIRED = 2  # their true need (1) + 1, the healthy deployments' tolerance
 STEP = steady_increment(
     completions=10, in_tokens=512, out_tokens=128, ttft_s=0.05, itl_s=0.01,
     queue_s=0.0, inference_s=1.3, running=3, waiting=0, kv_usage=0.1,
@@ -360,10 +363,13 @@ def main() -> int:
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     api_ok = counts["failed"] == 0 and counts["ok"] > 0
     ok = (not misses and late == 0 and skipped == 0 and rss_growth < MAX_RSS_GROWTH_MB
-          and thread_growth <= MAX_THREAD_GROWTH and api_ok)  # fmt: skip
+          and thread_growth <= MAX_THREAD_GROWTH and api_ok
+          and faulty_max <= FAULTY_MAX_DESIRED)  # fmt: skip
     print(f"soak {args.minutes:g} min, {HEALTHY} healthy + {FAULTY} faulty deployments")
     print(f"cycles {cycles:.0f}, over the {PERIOD_S} s period {late:.0f}, skipped {skipped:.0f}")
     print(f"healthy desired off by more than 1: {len(misses)} of {len(after) * HEALTHY} checks")
+    print(f"faulty deployments' desired after warm-up at most {faulty_max:g} (limit "
+          f"{FAULTY_MAX_DESIRED})")
     print(f"RSS growth after warm-up {rss_growth:+.1f} MB, threads {min(threads)}-{max(threads)}"
           f" (growth {thread_growth:+g}), API {counts}")  # fmt: skip
     print(f"emulator late ticks {sum(late_ticks)} (max {max(late_ticks)} in one fleet); load "

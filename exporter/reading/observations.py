@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from exporter.reading.counter_trust import CounterTrust
 from exporter.reading.pod_observation import (
     MS_PER_S,
     Continuity,
@@ -120,9 +121,14 @@ class DeploymentObservation:
 
 
 def observe_deployment(
-    start: SourceRead, end: SourceRead, *, deployment: str = ""
+    start: SourceRead,
+    end: SourceRead,
+    *,
+    deployment: str = "",
+    distrusted: frozenset[str] = frozenset(),
 ) -> DeploymentObservation:
-    """Two reads of one deployment -> its observation over (start.time_s, end.time_s]."""
+    """Two reads of one deployment -> its observation over (start.time_s, end.time_s];
+    `distrusted` pods' windows are unusable, as are those whose counters fell."""
     before = {s.pod: s for s in start.samples if s.ok}
     after = {s.pod: s for s in end.samples if s.ok}
     problems: set[Problem] = set()
@@ -130,7 +136,7 @@ def observe_deployment(
     unusable: list[str] = []  # pods read at both ends whose counters cannot be trusted
     for pod in sorted(after.keys() & before.keys()):
         if after[pod].time_s > before[pod].time_s:
-            if continuity(before[pod], after[pod]) is Continuity.INCONSISTENT:
+            if pod in distrusted or continuity(before[pod], after[pod]) is Continuity.INCONSISTENT:
                 unusable.append(pod)
             else:
                 pods.append(observe_pod(before[pod], after[pod]))
@@ -216,11 +222,13 @@ INCONSISTENT_WARN_AFTER = 2
 
 
 class WindowTracker:
-    """Keeps the previous read of one deployment so each new read closes a window."""
+    """Keeps the previous read of one deployment so each new read closes a window; a pod whose
+    counters fell starts its windows from its high-water mark (exporter.reading.counter_trust)."""
 
     def __init__(self, deployment: str = "") -> None:
         self._deployment = deployment
         self._previous: SourceRead | None = None
+        self._trust = CounterTrust()
         self._inconsistent = 0  # windows in a row with counters that cannot be trusted
 
     @property
@@ -230,9 +238,10 @@ class WindowTracker:
 
     def observe(self, read: SourceRead) -> DeploymentObservation:
         """The observation from the previous read to `read` (WARMING_UP on the first)."""
-        previous = self._previous or SourceRead(time_s=read.time_s, samples=())
+        previous = self._trust.bases(self._previous or SourceRead(time_s=read.time_s, samples=()))
         self._previous = read
-        obs = observe_deployment(previous, read, deployment=self._deployment)
+        distrusted = self._trust.update(previous, read)
+        obs = observe_deployment(previous, read, deployment=self._deployment, distrusted=distrusted)
         if Problem.COUNTERS_INCONSISTENT in obs.problems:
             self._inconsistent += 1
             if self._inconsistent == INCONSISTENT_WARN_AFTER:

@@ -3,6 +3,7 @@ under its reason, and never inflates, drops or freezes a recommendation."""
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -106,9 +107,7 @@ def deployment(name: str, url: str, **changes: object) -> DeploymentConfig:
 
 def sources(config: Config, clock: ManualClock) -> dict[str, ScrapeSource]:
     return {
-        d.name: ScrapeSource(
-            clock=clock, urls=d.source.scrape_urls, model_name="m", timeout_s=1.0
-        )
+        d.name: ScrapeSource(clock=clock, urls=d.source.scrape_urls, model_name="m", timeout_s=1.0)
         for d in config.deployments
     }
 
@@ -212,6 +211,68 @@ def test_two_pods_behind_one_url_never_inflate_the_rate() -> None:
             clock.advance(W)
             pods = [p.plus(STEP) for p in pods]
     assert max(rates) <= 2 * 2.0 + 1e-9, rates  # the old reading charged ~100-700 req/s
+
+
+def read_sequence(bodies: list[str]) -> list[float]:
+    """The arrival rate of each window of one pod URL answering `bodies` in turn, W apart."""
+    answers = iter(bodies)
+    clock = ManualClock(T0)
+    tracker = WindowTracker("d")
+    rates = []
+    with FaultServer(Fault.SERVE, lambda: next(answers)) as server:
+        source = ScrapeSource(clock=clock, urls=[server.url])
+        for _ in bodies:
+            rates.append(tracker.observe(source.read()).arrival_rate_rps)
+            clock.advance(W)
+    return rates[1:]
+
+
+def test_a_return_to_the_higher_of_two_same_start_processes_is_not_a_burst() -> None:
+    """Two pods of one rollout started in the same second, behind one URL: their start times
+    cannot tell them apart. After a fall, reads of the lower pod look consistent among
+    themselves; the next read of the higher pod must not charge their 35-window gap (70 req/s
+    against a true 2) to one window."""
+    high, low = PodTotals().plus(STEP, times=40), PodTotals().plus(STEP, times=5)
+    reads = [high, low, low.plus(STEP), low.plus(STEP, times=2), low.plus(STEP, times=3)]
+    reads.append(high.plus(STEP, times=5))
+    rates = read_sequence([exposition(t, T0 - 3600) for t in reads])
+    assert max(rates) <= 2.0 + 1e-9, rates
+
+
+def test_same_start_pods_behind_one_url_read_by_two_clients_never_inflate_the_rate() -> None:
+    """The soak's case: the sizer's cycle and a second reader (its arrival sampler, another
+    scraper) share one round-robin URL, so which pod a cycle reads is a matter of timing."""
+    rng = random.Random(7)
+    pods = [PodTotals().plus(STEP, times=40), PodTotals().plus(STEP, times=5)]
+    bodies = []
+    turn = 0
+    for _ in range(60):
+        turn += rng.randint(0, 3)  # the other reader's reads since the last cycle
+        bodies.append(exposition(pods[turn % 2], T0 - 3600))
+        turn += 1
+        pods = [p.plus(STEP) for p in pods]
+    rates = read_sequence(bodies)
+    assert max(rates) <= 2.0 + 1e-9, rates
+
+
+def test_a_url_that_fell_once_is_trusted_again_after_consistent_windows() -> None:
+    """One fall (a pod swapped behind the URL for one read) holds the pod out until its counters
+    have risen consistently for a few windows; then its load counts again."""
+    steady = [PodTotals().plus(STEP, times=10 + k) for k in range(12)]
+    steady[2] = PodTotals().plus(STEP, times=1)  # one read from another same-start process
+    rates = read_sequence([exposition(t, T0 - 3600) for t in steady])
+    assert rates[-1] == pytest.approx(2.0)
+    assert max(rates) <= 2.0 + 1e-9, rates
+    assert rates[1] == 0.0  # the fall itself
+
+
+def test_a_url_whose_counters_stay_below_the_old_ones_is_read_again_in_the_end() -> None:
+    """A permanent switch to a lower same-start process is not held out for ever."""
+    high = PodTotals().plus(STEP, times=50)
+    reads = [high] + [PodTotals().plus(STEP, times=k) for k in range(1, 30)]
+    rates = read_sequence([exposition(t, T0 - 3600) for t in reads])
+    assert rates[-1] == pytest.approx(2.0)
+    assert max(rates) <= 2.0 + 1e-9, rates
 
 
 def test_a_real_restart_still_counts_from_zero() -> None:
