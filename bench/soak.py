@@ -281,6 +281,7 @@ def main() -> int:
     checks: list[dict[str, float]] = []
     misses: list[dict[str, object]] = []
     faulty_max = 0.0
+    excursions: list[dict[str, object]] = []  # a faulty deployment asking for more than 1
     try:
         wait_until_serving(port, daemon)
         client = threading.Thread(target=flood, args=(port, stop, counts), daemon=True)
@@ -299,8 +300,15 @@ def main() -> int:
                            "last_cycle_s": round(cycle_s, 3)})  # fmt: skip
             if elapsed < warmup_s:
                 continue
-            faulty_max = max([faulty_max] + [desired.get(f"faulty-{k}", 0.0)
-                                             for k in range(FAULTY)])  # fmt: skip
+            capacity = gauge_values(families, "vllm_sizer_max_rate_per_replica_requests_per_second")
+            for k, pod in enumerate(faulty):
+                name = f"faulty-{k}"
+                faulty_max = max(faulty_max, desired.get(name, 0.0))
+                if desired.get(name, 0.0) > 1:
+                    excursions.append({"t_s": round(elapsed, 1), "deployment": name,
+                                       "mode": pod.current, "desired": desired.get(name),
+                                       "rate_rps": rate.get(name),
+                                       "capacity_rps": capacity.get(name)})  # fmt: skip
             for k in range(HEALTHY):
                 got = desired.get(f"healthy-{k}")
                 ok = got is not None and abs(got - truth[k]) <= 1
@@ -349,6 +357,7 @@ def main() -> int:
         "healthy_checks": len(after) * HEALTHY,
         "healthy_misses": misses,
         "faulty_max_desired_after_warmup": faulty_max,
+        "faulty_excursions": excursions,
         "rss_growth_mb_after_warmup": round(rss_growth, 2),
         "rss_mb_min_max_after_warmup": [min(c["rss_mb"] for c in after),
                                         max(c["rss_mb"] for c in after)],  # fmt: skip

@@ -33,7 +33,7 @@ from exporter.reading.arrival_sampler import ArrivalSampler
 from exporter.reading.demand import DemandSource, DemandWatch
 from exporter.reading.observations import DeploymentObservation, ObservationStatus, WindowTracker
 from exporter.reading.pod_observation import Problem
-from exporter.reading.sources import Source
+from exporter.reading.sources import Source, pod_name_for_url
 from exporter.recommender import (
     Decision,
     Recommender,
@@ -192,7 +192,7 @@ class Daemon:
             runtime.tracker.observe(history)  # the first cycle already closes a whole window
         for failure in read.failures:
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, failure.reason).inc()
-        obs = runtime.tracker.observe(read)
+        obs = runtime.tracker.observe(read, self._sampler_falls(runtime, read.time_s))
         runtime.observation = obs
         if obs.windows:
             runtime.slo_window.add(obs.end_time_s, obs.windows)
@@ -236,6 +236,15 @@ class Daemon:
             runtime.demand_watch.answered()
             runtime.demand_value = outcome.value
         return runtime.demand_value
+
+    def _sampler_falls(self, runtime: DeploymentRuntime, end_s: float) -> frozenset[str]:
+        """The deployment's pod, if its arrival sampler saw the counter fall since the last
+        read: a second process behind the URL that the cycle's two reads may have missed."""
+        sampler = self._samplers.get(runtime.config.name)
+        start_s = runtime.tracker.last_read_s
+        if sampler is None or start_s is None or not sampler.fell(start_s, end_s):
+            return frozenset()
+        return frozenset({pod_name_for_url(sampler.url)})
 
     def _dispersion(
         self, runtime: DeploymentRuntime, obs: DeploymentObservation

@@ -172,6 +172,23 @@ class ArrivalSampler:
             return f"no {_COUNTER.value} count for the model ({pod.status})"
         return CounterSample(time_s, totals.count, pod.process_start_s)
 
+    def fell(self, start_s: float, end_s: float) -> bool:
+        """True when the counter fell within (start_s, end_s] (s) while the process start time
+        stayed: the URL answers for more than one process (exporter.reading.counter_trust)."""
+        with self._lock:
+            inside = [
+                (s.count, s.process_start_s)
+                for s in self._samples
+                if start_s <= s.time_s <= end_s and s.count is not None
+            ]
+        return any(
+            b < a
+            and sa is not None
+            and sb is not None
+            and abs(sb - sa) <= PROCESS_START_TOLERANCE_S
+            for (a, sa), (b, sb) in zip(inside, inside[1:], strict=False)
+        )
+
     def reading(self, start_s: float, end_s: float) -> DispersionReading:
         """The reading over the window (start_s, end_s] (s, the clock's time())."""
         with self._lock:

@@ -51,8 +51,11 @@ class CounterTrust:
         samples.update({pod: s.base for pod, s in self._suspects.items()})
         return SourceRead(previous.time_s, tuple(samples.values()), previous.failures)
 
-    def update(self, bases: SourceRead, read: SourceRead) -> frozenset[str]:
-        """Take in `read` (whose windows start at `bases`); the pods whose window is unusable
+    def update(
+        self, bases: SourceRead, read: SourceRead, fell: frozenset[str] = frozenset()
+    ) -> frozenset[str]:
+        """Take in `read` (whose windows start at `bases`); `fell` names pods another reader
+        (the arrival sampler) saw fall within the window. The pods whose window is unusable
         because their counters are distrusted (a fall in this window included)."""
         before: Mapping[str, PodSample] = {s.pod: s for s in bases.samples if s.ok}
         distrusted: set[str] = set()
@@ -60,17 +63,23 @@ class CounterTrust:
             base = before.get(sample.pod)
             if not sample.ok or base is None or sample.time_s <= base.time_s:
                 continue
+            below = continuity(base, sample) is Continuity.INCONSISTENT
             suspect = self._suspects.get(sample.pod)
-            if continuity(base, sample) is Continuity.INCONSISTENT:
-                if suspect is None:
-                    suspect = self._suspects[sample.pod] = _Suspect(base)
-                suspect.below, suspect.risen = suspect.below + 1, 0
+            if suspect is None:
+                if not (below or sample.pod in fell):
+                    continue
+                suspect = self._suspects[sample.pod] = _Suspect(base)
+            distrusted.add(sample.pod)
+            if below:  # keep the high-water mark, unless the pod has moved for good
+                suspect.below += 1
                 if suspect.below >= HOLD_LIMIT:
                     suspect.base, suspect.below = sample, 0
-                distrusted.add(sample.pod)
-            elif suspect is not None:
-                suspect.base, suspect.below, suspect.risen = sample, 0, suspect.risen + 1
-                distrusted.add(sample.pod)
+            else:
+                suspect.base, suspect.below = sample, 0
+            if below or sample.pod in fell:
+                suspect.risen = 0
+            else:
+                suspect.risen += 1
                 if suspect.risen >= TRUST_AFTER:
                     del self._suspects[sample.pod]
         known = {s.pod for s in read.samples} | {f.pod for f in read.failures}

@@ -236,11 +236,19 @@ class WindowTracker:
         """True once a read has been seen, so the next one closes a window."""
         return self._previous is not None
 
-    def observe(self, read: SourceRead) -> DeploymentObservation:
-        """The observation from the previous read to `read` (WARMING_UP on the first)."""
+    @property
+    def last_read_s(self) -> float | None:
+        """When the read that opens the next window was taken (s); None before the first."""
+        return None if self._previous is None else self._previous.time_s
+
+    def observe(
+        self, read: SourceRead, fell: frozenset[str] = frozenset()
+    ) -> DeploymentObservation:
+        """The observation from the previous read to `read` (WARMING_UP on the first); `fell`
+        names pods whose counters another reader saw fall within the window."""
         previous = self._trust.bases(self._previous or SourceRead(time_s=read.time_s, samples=()))
         self._previous = read
-        distrusted = self._trust.update(previous, read)
+        distrusted = self._trust.update(previous, read, fell)
         obs = observe_deployment(previous, read, deployment=self._deployment, distrusted=distrusted)
         if Problem.COUNTERS_INCONSISTENT in obs.problems:
             self._inconsistent += 1

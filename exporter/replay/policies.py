@@ -58,7 +58,9 @@ class _PreparedWindows(WindowTracker):
         super().__init__(deployment)
         self.next: DeploymentObservation | None = None
 
-    def observe(self, read: SourceRead) -> DeploymentObservation:
+    def observe(
+        self, read: SourceRead, fell: frozenset[str] = frozenset()
+    ) -> DeploymentObservation:
         assert self.next is not None, "the policy sets the window's observation first"
         return self.next
 

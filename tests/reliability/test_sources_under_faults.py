@@ -15,6 +15,7 @@ from exporter.clock import ManualClock
 from exporter.config import MIB, Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon import Daemon
 from exporter.errors import FailureReason
+from exporter.reading.arrival_sampler import ArrivalSampler
 from exporter.reading.observations import WindowTracker
 from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
@@ -264,6 +265,40 @@ def test_a_url_that_fell_once_is_trusted_again_after_consistent_windows() -> Non
     assert rates[-1] == pytest.approx(2.0)
     assert max(rates) <= 2.0 + 1e-9, rates
     assert rates[1] == 0.0  # the fall itself
+
+
+def test_a_jump_between_same_start_pods_that_only_the_sampler_saw_fall_is_not_used() -> None:
+    """Sidecar mode: the cycle's first two reads hit the lower pod, then the higher one (an
+    ordinary-looking rise of 35 windows' requests); the 1 s arrival sampler between them read
+    the two pods in turn and saw the counter fall. The soak's faulty deployments asked for 4-5
+    replicas this way."""
+    pods = [PodTotals().plus(STEP, times=5), PodTotals().plus(STEP, times=40)]
+    turn = {"k": 0}
+
+    def body() -> str:
+        k = turn["k"] % 2
+        turn["k"] += 1
+        return exposition(pods[k], T0 - 3600)
+
+    clock = ManualClock(T0)
+    with FaultServer(Fault.SERVE, body) as server:
+        dep = deployment("d", server.url, initial_params=None)
+        config = Config(cycle_period_s=W, deployments=(dep,))
+        sampler = ArrivalSampler(server.url, clock=clock, model_name="m")
+        daemon = Daemon(config, sources(config, clock), CollectorRegistry(), clock,
+                        samplers={"d": sampler})  # fmt: skip
+        rates = []
+        for _ in range(6):  # cycle reads pods 0, 1, 0, 1, ...: 4 sampler reads between them
+            daemon.run_cycle()
+            obs = daemon.runtimes["d"].observation
+            rates.append(obs.arrival_rate_rps if obs is not None else 0.0)
+            for _ in range(4):
+                clock.advance(W / 5)
+                sampler.sample_once()
+            clock.advance(W / 5)
+            pods = [p.plus(STEP) for p in pods]
+        daemon.close()
+    assert max(rates) <= 2.0 + 1e-9, rates
 
 
 def test_a_url_whose_counters_stay_below_the_old_ones_is_read_again_in_the_end() -> None:
