@@ -28,7 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from model.calibration.trust import MAD_TO_SIGMA
+from model.calibration.observation import Observation
+from model.calibration.residuals import FitProblem
+from model.calibration.trust import CHANGE_RUN, MAD_TO_SIGMA, changed
+from model.queueing.params import ServerConfig, ServiceParams
+from model.queueing.variant import ModelOptions
 
 WATCH_HISTORY = 10  # innovations the centre and spread are read from
 WATCH_MIN_HISTORY = 5  # ... at least this many before a change can be called
@@ -75,6 +79,17 @@ class ChangeWatch:
             self.history.append(innovation)
         return called
 
+    def judge(
+        self,
+        observation: Observation,
+        params: ServiceParams,
+        server: ServerConfig,
+        options: ModelOptions,
+    ) -> int | None:
+        """`add` the observation's errors under `params`, the estimate made without it."""
+        errors, _ = FitProblem([observation], server, options).relative_errors(params)
+        return self.add(float(errors[0, 0]), float(errors[0, 1]))
+
     def reset(self) -> None:
         """Start over (after a change the old innovations describe another deployment)."""
         self.history.clear()
@@ -102,3 +117,18 @@ class ChangeWatch:
         if len(watch.upper) != 2 or len(watch.lower) != 2 or len(watch.streak) != 4:
             raise ValueError(f"`change_watch` is malformed, got {dict(data)!r}")
         return watch
+
+
+def points_since_change(
+    began: int | None,
+    window: list[Observation],
+    params: ServiceParams,
+    server: ServerConfig,
+    options: ModelOptions,
+) -> int | None:
+    """How many newest points of `window` to keep after a change: `began` when the watch
+    called one, else CHANGE_RUN when those newest points show one (`trust.changed`), else None."""
+    if began is not None or len(window) <= CHANGE_RUN:
+        return began
+    errors, _ = FitProblem(window, server, options).relative_errors(params)
+    return CHANGE_RUN if changed(errors) else None

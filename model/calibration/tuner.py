@@ -18,9 +18,8 @@ request shape did to it:
   such skips in a row the data decides again (an estimate too slow cannot lock itself out; spec
   §16 #12-14). Cold, `trust.looks_saturated` and `window_fit.without_saturated` keep such
   points out of the first fit;
-- a detected change cuts the window to the points since it began, fitted at once with the
-  prior: `trust.changed` (the newest CHANGE_RUN points under the current estimate), or
-  `change_watch` (a CUSUM of each new point's error under the estimate made without it);
+- a detected change (`change_watch`: a CUSUM of each new point's error under the estimate made
+  without it, or `trust.changed`) cuts the window to the points since it, fitted with the prior;
 - identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone.
 """
 
@@ -28,20 +27,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from model.calibration.change_watch import ChangeWatch
+from model.calibration.change_watch import ChangeWatch, points_since_change
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
 from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
 from model.calibration.prior import GENERIC_PRIOR, Prior
 from model.calibration.residuals import FitProblem
-from model.calibration.trust import CHANGE_RUN, ModelBias, changed, looks_saturated, robust_bias
+from model.calibration.trust import CHANGE_RUN, ModelBias, looks_saturated, robust_bias
 from model.calibration.trust import window_itl_load_bias as itl_load_bias
 from model.calibration.verdict import (
     SKIP_MESSAGES,
@@ -51,6 +49,7 @@ from model.calibration.verdict import (
     TunerState,
     TunerStatus,
     judge,
+    parse_enum,
 )
 from model.calibration.window_fit import trimmed, without_saturated
 from model.queueing.params import ServerConfig, ServiceParams
@@ -66,8 +65,6 @@ DEFAULT_SATURATION_FRACTION = 1.0  # of the model's saturation rate; None turns 
 DEFAULT_LOWER_BOUNDS = ServiceParams(1e-2, 1e-6, 1e-10)
 DEFAULT_UPPER_BOUNDS = ServiceParams(1e4, 1e2, 1.0)
 STATE_VERSION = 1
-
-_E = TypeVar("_E", bound=StrEnum)
 
 
 class Tuner:
@@ -211,16 +208,9 @@ class Tuner:
         """The prior of the next fit: on steady traffic, a narrow one around the estimate;
         cold, seeded or after a detected change, per parameter centred on the last value the
         data identified, else the seed, else `prior` (`CalibrationMemory.prior`)."""
-        memory = self._memory
-        recovering = self._recovering()
+        recovering, bounds = self._recovering(), (self.lower_bounds, self.upper_bounds)
         steady = None if self._fit_count == 0 or recovering else self._params
-        return memory.prior(
-            self.prior,
-            self.initial,
-            (self.lower_bounds, self.upper_bounds),
-            steady,
-            recovering=recovering,
-        )
+        return self._memory.prior(self.prior, self.initial, bounds, steady, recovering=recovering)
 
     @property
     def skipped(self) -> Mapping[SkipReason, int]:
@@ -239,7 +229,9 @@ class Tuner:
             self._skipped[skip] += 1
             memory.held += self._params is not None
             return self._status(success=False, skipped=skip)
-        began = self._innovation_change(observation)
+        began = None
+        if self._params is not None and self._fit_count > 0:
+            began = self._watch.judge(observation, self._params, self.server, self.options)
         self._window.append(observation)
         self._cut_on_change(began)
         # After a change cut the window, its newest points are fitted at once (with the prior).
@@ -265,38 +257,20 @@ class Tuner:
         return self._status(success=accepted, dropped=dropped, result=result)
 
     def _recovering(self) -> bool:
-        """Since a detected change, until the window holds window_size points again: each fit
-        then takes every point since the change at once, from the estimate before it (no
-        steady prior: one around the latest estimate would make those few points a random
-        walk from the first of them)."""
+        """Since a detected change, until the window is full again: fits then take every point
+        since it from the estimate before it (a steady prior would random-walk them)."""
         return self._memory.since_change is not None and len(self._window) < self.window_size
 
-    def _innovation_change(self, observation: Observation) -> int | None:
-        """The observation's errors under the estimate made without it, to the change watch:
-        the number of newest points since a change it calls began, else None."""
-        if self._params is None or self._fit_count == 0:
-            return None
-        problem = FitProblem([observation], self.server, self.options)
-        errors, _ = problem.relative_errors(self._params)
-        return self._watch.add(float(errors[0, 0]), float(errors[0, 1]))
-
     def _cut_on_change(self, began: int | None) -> None:
-        """Keep only the points since a change when the change watch called one (`began`
-        newest points) or the newest CHANGE_RUN points show one."""
+        """Keep only the points since a change (`change_watch.points_since_change`)."""
         if self._params is None or self._fit_count == 0:
             return
-        keep = began
-        if keep is None and len(self._window) > CHANGE_RUN:
-            problem = FitProblem(list(self._window), self.server, self.options)
-            errors, _ = problem.relative_errors(self._params)
-            keep = CHANGE_RUN if changed(errors) else None
-        if keep is None:
-            return
-        newest = list(self._window)[-keep:]
-        self._window.clear()
-        self._window.extend(newest)
-        self._memory.changed(self._params)
-        self._watch.reset()
+        window = list(self._window)
+        keep = points_since_change(began, window, self._params, self.server, self.options)
+        if keep is not None:
+            self._window = deque(window[-keep:], maxlen=self.window_size)
+            self._memory.changed(self._params)
+            self._watch.reset()
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
@@ -417,8 +391,8 @@ class Tuner:
                 options=ModelOptions.from_dict(cfg["options"]),
                 prior=Prior.from_dict(cfg["prior"]) if "prior" in cfg else GENERIC_PRIOR,
             )
-            state = _enum(TunerState, "state", data["state"])
-            reason = _enum(TunerReason, "reason", data["reason"])
+            state = parse_enum(TunerState, "state", data["state"])
+            reason = parse_enum(TunerReason, "reason", data["reason"])
             params = _params_or_none(data["params"])
             tuner._window.extend(Observation.from_dict(obs) for obs in data["window"])
             last_fit = data["last_fit"]
@@ -428,7 +402,7 @@ class Tuner:
             tuner._memory = CalibrationMemory.from_dict(data, params)
             tuner._watch = ChangeWatch.from_dict(data.get("change_watch"))
             for key, count in data["skipped"].items():
-                skip = _enum(SkipReason, "skipped", key)
+                skip = parse_enum(SkipReason, "skipped", key)
                 tuner._skipped[skip] = require_int_at_least(f"skipped.{key}", count, 0)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"`tuner state` is malformed: missing or bad {exc!r}") from exc
@@ -440,10 +414,3 @@ class Tuner:
 
 def _params_or_none(data: Mapping[str, float] | None) -> ServiceParams | None:
     return None if data is None else ServiceParams.from_dict(dict(data))
-
-
-def _enum(cls: type[_E], name: str, value: object) -> _E:
-    if isinstance(value, str) and value in {member.value for member in cls}:
-        return cls(value)
-    allowed = ", ".join(repr(member.value) for member in cls)
-    raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")
