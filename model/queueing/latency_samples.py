@@ -39,6 +39,7 @@ points (see itl_token_samples).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -53,6 +54,7 @@ from model.queueing.sample_points import (
     count_quantile,
     gamma_quantile,
     length_quantile,
+    unit_order,
     unit_points,
 )
 
@@ -105,6 +107,20 @@ def _decoding_states(big_b: int) -> FloatArray:
     return np.minimum(np.arange(big_b + 1, dtype=np.float64), max(big_b - 1, 0))
 
 
+@lru_cache(maxsize=64)
+def _prompt_work(
+    params: ServiceParams, kappa: float, avg_input_tokens: float, input_length_cv: float
+) -> tuple[FloatArray, FloatArray, float, float]:
+    """Prompt lengths n over the length law, their prefill work W_pref(n, 1) (ms) and its mean
+    and variance: the same at every rate, built once per workload (sizing evaluates many rates,
+    a few at a time)."""
+    n = length_quantile(unit_points(1)[0], avg_input_tokens, input_length_cv)
+    work = prefill_work_ms(params, kappa, n, np.ones_like(n))
+    for v in (n, work):
+        v.flags.writeable = False
+    return n, work, float(work.mean()), float(work.var())
+
+
 def setting(
     params: ServiceParams,
     server: ServerConfig,
@@ -122,8 +138,9 @@ def setting(
     kappa = opts.attention_ratio if opts.refined else 0.0
     budget = server.max_num_batched_tokens
     # A prompt's work over the length law, and the prefill-work queue it feeds.
-    n = length_quantile(unit_points(1)[0], workload.avg_input_tokens, opts.input_length_cv)
-    work = prefill_work_ms(params, kappa, n, np.ones_like(n))
+    n, work, work_mean, work_var = _prompt_work(
+        params, kappa, workload.avg_input_tokens, opts.input_length_cv
+    )
     decoding = seen @ _decoding_states(table.max_batch_size)
     d_iter = table.alpha_ms + decoding * float(table.w_dec_ms[0, 0] / table.avg_output_tokens[0, 0])
     service_s = prompt_service_ms(work, n, d_iter[:, np.newaxis], decoding[:, np.newaxis], budget)
@@ -143,8 +160,8 @@ def setting(
         occupancy=occupancy,
         seen_pmf=seen,
         time_pmf=time_average_pmf(table, pmf, service, lam, occupancy, opts.arrival_cv),
-        prefill_mean_ms=float(work.mean()),
-        prefill_var_ms2=float(work.var()),
+        prefill_mean_ms=work_mean,
+        prefill_var_ms2=work_var,
         queue=prefill_work_queue(lam, s_mean, s_scv, opts.arrival_cv**2),
     )
 
@@ -158,7 +175,7 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     per_token = s.prefill_mean_ms / n_bar  # prefill work per prompt token (ms)
     poisson = u_kind < min(s.arrival_scv, 1.0)
     lam = s.lam[:, np.newaxis]
-    i = inverse_cdf(s.seen_pmf, u_occ)
+    i = inverse_cdf(s.seen_pmf, u_occ, unit_order(10)[0])
     x = _decoding_states(big_b)[i]
     d_iter = s.decode_iteration_ms(x)
     room = np.maximum(s.budget - x, 1.0)
@@ -298,7 +315,8 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * np.where(sparse, mu, 1.0)
     prefill_weight = weight * carries
     # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0).
-    xs = inverse_cdf(prefill_weight + 1e-300 * (x == 1), u_state).astype(np.float64)
+    drawn = inverse_cdf(prefill_weight + 1e-300 * (x == 1), u_state, unit_order(4)[0])
+    xs = drawn.astype(np.float64)
     # The previous iteration, whose arrivals this one admits, varies in length itself:
     # Var T = lambda E[T] E[W^2] / (1 - (lambda E[W])^2) for T = D + the work of
     # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance.
