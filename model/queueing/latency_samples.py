@@ -43,7 +43,6 @@ from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import ndtri
 
 from model.queueing import kernel_mean
 from model.queueing.chain import StateTable, evaluate
@@ -54,6 +53,7 @@ from model.queueing.sample_points import (
     count_quantile,
     gamma_quantile,
     length_quantile,
+    normal_points,
     unit_order,
     unit_points,
 )
@@ -249,8 +249,9 @@ def _lifetime_variance_share(lifetime_ms: FloatArray, service_ms: FloatArray) ->
 
 def itl_request_samples(s: Setting) -> FloatArray:
     """Per-request mean inter-token gap (ms) at each sample point, shape (rates, points)."""
-    u_m, u_x = unit_points(2)
-    u_w = u_x  # a burst of arrivals raises the occupancy and the prefill share together
+    u_m = unit_points(2)[0]
+    # One level for both: a burst of arrivals raises the occupancy and the prefill share together.
+    z_x = z_w = normal_points(2)[1]
     table = s.table
     big_b = table.max_batch_size
     opts = table.options
@@ -265,7 +266,7 @@ def itl_request_samples(s: Setting) -> FloatArray:
     life = gaps[np.newaxis, :] * mean_gap[:, np.newaxis]
     h = _lifetime_variance_share(life, s.service_ms[:, np.newaxis])
     # A gamma law (not Normal): never negative, and skewed like the count it stands for.
-    x_life = np.minimum(gamma_quantile(mean_x[:, np.newaxis], var_x[:, np.newaxis] * h, u_x),
+    x_life = np.minimum(gamma_quantile(mean_x[:, np.newaxis], var_x[:, np.newaxis] * h, z_x),
                         big_b - 1.0)
     # Share s of the lifetime spent on others' prefill work: the work landing in a window L
     # has mean lambda L E[W] and variance lambda L (ca2 E[W]^2 + Var W), so at Normal level z,
@@ -275,7 +276,7 @@ def itl_request_samples(s: Setting) -> FloatArray:
     rho = share[:, np.newaxis]
     spread = lam * (s.arrival_scv * s.prefill_mean_ms**2 + s.prefill_var_ms2)
     decode = s.decode_iteration_ms(x_life + 1.0)
-    a = ndtri(u_w) * np.sqrt(spread / (gaps[np.newaxis, :] * decode))
+    a = z_w * np.sqrt(spread / (gaps[np.newaxis, :] * decode))
     t = np.minimum((np.sqrt(a * a + 4.0 * (1.0 - rho)) - a) / 2.0, 1.0)
     # Below the mean, s = rho exp(a sqrt(1 - rho) / rho) instead (the same to first order):
     # it never falls as the rate rises, where rho - |a| sqrt(1 - rho) would at light load.
@@ -299,7 +300,7 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     ceil of lambda E[T]. Tokens come at x per iteration and (1 - rho) / D(x) iterations per ms.
     The decode-only gaps D(x) are exact atoms (one per state), the prefill-carrying ones are
     drawn at the sample points, so a small prefill share is resolved finely."""
-    u_state, u_pre, u_len, u_prev = unit_points(4)
+    u_state, u_pre, u_len = unit_points(4)[:3]
     table = s.table
     big_b = table.max_batch_size
     n_bar = max(s.workload.avg_input_tokens, 1.0)
@@ -323,7 +324,7 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     lam = s.lam[:, np.newaxis]
     mean_t = s.decode_iteration_ms(xs) / (1.0 - rho)
     var_t = lam * mean_t * (s.prefill_var_ms2 + s.prefill_mean_ms**2) / (1.0 - rho * rho)
-    mu_s = lam * gamma_quantile(mean_t, var_t, u_prev)
+    mu_s = lam * gamma_quantile(mean_t, var_t, normal_points(4)[3])
     none = np.exp(-mu_s)
     k_poisson = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
     k_steady = np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre))

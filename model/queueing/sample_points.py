@@ -44,6 +44,14 @@ def unit_order(dims: int, count: int = POINTS) -> NDArray[np.intp]:
     return out
 
 
+@lru_cache(maxsize=8)
+def normal_points(dims: int, count: int = POINTS) -> FloatArray:
+    """The standard Normal quantile of each of `unit_points(dims, count)`, same shape."""
+    out: FloatArray = np.asarray(ndtri(unit_points(dims, count)), dtype=np.float64)
+    out.flags.writeable = False
+    return out
+
+
 def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
     """Token count (float) at probability level u of the length law with this mean and CV."""
     if cv == 0.0:
@@ -57,9 +65,10 @@ def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
     return gamma
 
 
-def gamma_quantile(mean: FloatArray, var: FloatArray, u: FloatArray) -> FloatArray:
-    """Quantile at level u of the gamma law with this mean and variance (Wilson-Hilferty's
-    cube-root normal approximation, floored at 0); the mean itself where the variance is 0."""
+def gamma_quantile(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArray:
+    """Quantile at level u = Phi(z) of the gamma law with this mean and variance (Wilson-
+    Hilferty's cube-root normal approximation, floored at 0; z from `normal_points`); the mean
+    itself where the variance is 0."""
     positive = (mean > 0.0) & (var > 0.0) & np.isfinite(mean)
     safe_mean = np.where(positive, mean, 1.0)
     # mean / var and mean^2 / var without overflow: the shape k = mean^2 / var, kept in
@@ -68,7 +77,7 @@ def gamma_quantile(mean: FloatArray, var: FloatArray, u: FloatArray) -> FloatArr
         ratio = np.where(positive, safe_mean / np.where(positive, var, 1.0), 1.0)
         shape = np.clip(ratio * safe_mean, 1e-12, 1e12)
     c = 1.0 / (9.0 * shape)
-    cube = np.maximum(1.0 - c + ndtri(u) * np.sqrt(c), 0.0) ** 3
+    cube = np.maximum(1.0 - c + z * np.sqrt(c), 0.0) ** 3
     out: FloatArray = np.where(positive, safe_mean * cube, mean)
     return out
 
