@@ -86,15 +86,17 @@ def count_quantile(mean: FloatArray, u: FloatArray, poisson: bool | FloatArray) 
     """Arrivals in a window with this mean count, at level u: Poisson where `poisson`, else the
     count of a constant-rate stream in a window that starts at an arrival, floor(mean). Float
     counts."""
-    shape = np.broadcast_shapes(np.shape(mean), np.shape(u))
-    mean, u = np.broadcast_to(mean, shape), np.broadcast_to(u, shape)
+    shape = np.broadcast(mean, u).shape
+    # Both at full shape, contiguous, for the kernel (broadcast by assignment: numpy's
+    # broadcast_to costs more than the copy).
+    full_mean, full_u = np.empty(shape), np.empty(shape)
+    full_mean[...], full_u[...] = mean, u
     if poisson is not True and not np.any(poisson):
-        return np.floor(mean)
+        return np.floor(full_mean)
     # Poisson by inverse CDF: the count is the number of k with P(K <= k) < u (at most 201, a
     # cap only reached for u within rounding of 1), counted up from 0 (compiled, one pass over
     # every element: model/queueing/kernel_samples.py). A Normal approximation for large means.
-    flat_mean = np.ascontiguousarray(mean, dtype=np.float64).reshape(-1)
-    flat_u = np.ascontiguousarray(u, dtype=np.float64).reshape(-1)
+    flat_mean, flat_u = full_mean.reshape(-1), full_u.reshape(-1)
     counts: FloatArray = kernel_samples.poisson_counts(flat_mean, flat_u, _NORMAL_ABOVE)
     large = flat_mean > _NORMAL_ABOVE
     if large.any():
@@ -103,4 +105,4 @@ def count_quantile(mean: FloatArray, u: FloatArray, poisson: bool | FloatArray) 
             normal = np.floor(big + np.sqrt(big) * ndtri(flat_u[large]) + 0.5)
             counts[large] = np.maximum(normal, 0.0)
     out: FloatArray = counts.reshape(shape)
-    return out if poisson is True else np.where(poisson, out, np.floor(mean))
+    return out if poisson is True else np.where(poisson, out, np.floor(full_mean))
