@@ -174,6 +174,8 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     n_bar = max(s.workload.avg_input_tokens, 1.0)
     per_token = s.prefill_mean_ms / n_bar  # prefill work per prompt token (ms)
     poisson = u_kind < min(s.arrival_scv, 1.0)
+    # Every point Poisson (arrival CV >= 1): the constant-rate branches are left out.
+    arrivals: bool | NDArray[np.bool_] = True if poisson.all() else poisson
     lam = s.lam[:, np.newaxis]
     i = inverse_cdf(s.seen_pmf, u_occ, unit_order(10)[0])
     x = _decoding_states(big_b)[i]
@@ -184,30 +186,34 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     share = np.minimum(lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
     mu = lam * d_iter / (1.0 - share)
     biased = u_bias < mu * s.prefill_mean_ms / (d_iter + mu * s.prefill_mean_ms)
-    # Constant-rate arrivals: floor(mu) prompts, one more with probability frac(mu), unbiased.
-    k = np.where(poisson, count_quantile(mu, u_k, True) + biased, np.floor(mu + u_k))
+    k = count_quantile(mu, u_k, True) + biased
+    if arrivals is not True:
+        # Constant-rate arrivals: floor(mu) prompts, one more with probability frac(mu), unbiased.
+        k = np.where(poisson, k, np.floor(mu + u_k))
     content = np.minimum(k * n_bar, room) * per_token
     busy = i >= 1
     in_progress = np.where(busy, d_iter + content, 0.0)
     # Arrivals during its elapsed part are ahead of the request, later ones may join it.
-    ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, poisson)
-    after = count_quantile(lam * u_pos * in_progress, u_after, poisson)
+    ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, arrivals)
+    after = count_quantile(lam * u_pos * in_progress, u_after, arrivals)
     n = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
     ahead_tokens = np.minimum(ahead * n_bar, room)
     queued = s.queue.quantile_ms(u_wait)
     residual = u_pos * np.where(busy, d_iter, 0.0)
     wait = residual + np.maximum(queued, u_pos * np.where(busy, content, 0.0)
                                  + ahead_tokens * per_token)
-    # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the previous one,
-    # which waited U' D for its own prefill iteration D + W_pref(n'): it waits out what is left
-    # of that iteration, or of a decode iteration. From mu = 1 on, the longer of this and the
-    # batch view above, so that the wait only grows with the rate.
-    prev = prefill_work_ms(s.params, s.kappa, np.minimum(
-        length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
-    ), np.ones_like(room))
-    left = np.where(busy, u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300), 0.0)
-    steady_wait = np.maximum(left, residual) + np.maximum(queued, ahead_tokens * per_token)
-    wait = np.where(poisson, wait, np.where(mu < 1.0, steady_wait, np.maximum(wait, steady_wait)))
+    if arrivals is not True:
+        # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the previous one,
+        # which waited U' D for its own prefill iteration D + W_pref(n'): it waits out what is
+        # left of that iteration, or of a decode iteration. From mu = 1 on, the longer of this
+        # and the batch view above, so that the wait only grows with the rate.
+        prev = prefill_work_ms(s.params, s.kappa, np.minimum(
+            length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
+        ), np.ones_like(room))
+        left = np.where(busy, u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300), 0.0)
+        steady_wait = np.maximum(left, residual) + np.maximum(queued, ahead_tokens * per_token)
+        wait = np.where(poisson, wait,
+                        np.where(mu < 1.0, steady_wait, np.maximum(wait, steady_wait)))
     # At least the chunks the budget forces; a mean-size prompt takes the chain's c(x + 1) (spec
     # §3: the budget must also hold the others' mean prefill load), scaled with its length.
     table_chunks = table.chunks[0, np.minimum(x, big_b - 1).astype(np.intp)]
@@ -326,9 +332,10 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     var_t = lam * mean_t * (s.prefill_var_ms2 + s.prefill_mean_ms**2) / (1.0 - rho * rho)
     mu_s = lam * gamma_quantile(mean_t, var_t, normal_points(4)[3])
     none = np.exp(-mu_s)
-    k_poisson = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
-    k_steady = np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre))
-    k = np.maximum(np.where(u_len < poisson, k_poisson, k_steady), 1.0)
+    k = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
+    if poisson < 1.0:  # some points constant-rate (every u_len < 1: none at arrival CV >= 1)
+        k = np.where(u_len < poisson, k, np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre)))
+    k = np.maximum(k, 1.0)
     n1 = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
     tokens = np.minimum(n1 + (k - 1.0) * n_bar, np.maximum(s.budget - xs, 1.0))
     values = np.concatenate(

@@ -82,7 +82,9 @@ def gamma_quantile(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArr
     return out
 
 
-def count_quantile(mean: FloatArray, u: FloatArray, poisson: bool | FloatArray) -> FloatArray:
+def count_quantile(
+    mean: FloatArray, u: FloatArray, poisson: bool | NDArray[np.bool_]
+) -> FloatArray:
     """Arrivals in a window with this mean count, at level u: Poisson where `poisson`, else the
     count of a constant-rate stream in a window that starts at an arrival, floor(mean). Float
     counts."""
