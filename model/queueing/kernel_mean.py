@@ -45,6 +45,27 @@ OPT_REFINED, OPT_CA2, OPT_CV2N, OPT_BUDGET, OPT_QUEUE = range(5)
 
 
 @compiled
+def _expected_min(mean_count: float, cap: float) -> float:
+    """E[min(K, cap)] for K ~ Poisson(mean_count) and cap >= 0 (+inf: no cap): the prompts of
+    a Poisson count that a budget holding `cap` of them admits."""
+    if not mean_count > 0.0:
+        return 0.0
+    if cap > mean_count + 12.0 * np.sqrt(mean_count) + 12.0:
+        return mean_count  # the cap is out of reach
+    log_mean = np.log(mean_count)
+    log_p = -mean_count  # log P(K = k), from k = 0 (no underflow of exp(-mean) itself)
+    below, total = 0.0, 0.0  # E[K; K <= cap], P(K <= cap)
+    k = 0.0
+    while k <= cap:
+        p = np.exp(log_p)
+        below += k * p
+        total += p
+        k += 1.0
+        log_p += log_mean - np.log(k)
+    return below + cap * max(1.0 - total, 0.0)
+
+
+@compiled
 def _refined(
     states: FloatArray, rows: FloatArray, row: int, big_b: int, opts: FloatArray,
     lam: float, accepted: float, service: float, wait: float, occ: float, p_empty: float,
@@ -77,22 +98,36 @@ def _refined(
     ratio = chunk_work / (decode_iter + chunk_work)
     cs2 = cv2n * (ratio * ratio)
     ac_factor = (ca2 + cs2) / (1.0 + cs2)  # Allen-Cunneen
-    residual = busy * (
-        0.5 * decode_iter + ac_factor * max(0.0, residual_poisson - 0.5 * decode_iter)
+    residual = busy * 0.5 * decode_iter
+    # Prefill work ahead: the rest of the iteration in progress beyond its decode part, and the
+    # prompts that arrived during its elapsed part (C, admitted first into the same step); or
+    # the prefill-work queue's wait (percentiles §3) once prompts back up beyond that step.
+    ahead = ac_factor * busy * (
+        max(0.0, residual_poisson - 0.5 * decode_iter) + accepted * residual_poisson * chunk_work
     )
-    collision = ac_factor * busy * accepted * residual_poisson * chunk_work
+    n_bar = rows[row, PREFILL_TOKENS]
+    room = max(opts[OPT_BUDGET] - seen, 1.0)
+    work = w_pref + decode_iter * n_bar / room
+    # Prompt work cannot load the engine more than all its work does (the chain's lambda / mu_B,
+    # below 1 up to MaxRate): the two views part where prompts are chunked in a tiny budget.
+    load = lam * states[row, TAU, big_b - 1] / big_b
+    delay, tail = prefill_wait(min(lam, load / work), work, cv2n, min(ca2, 1.0))
+    queued = delay * tail
+    # Prompts arriving during the rest of it join the request's own step while the budget left
+    # after it and the prompts ahead holds them (a count of mean-size prompts, Poisson).
+    joining = ac_factor * accepted * residual_poisson
+    fit = max(room / n_bar - 1.0 - joining, 0.0) if n_bar > 0.0 else np.inf
+    joined = busy * w_pref * _expected_min(joining, fit)
     itl = max((service - prefill) / m, alpha + d)
     burst = 0.0
     if ca2 > 1.0:
         # Bursts: the slot wait of GI/G/B and the prefill-work queue's excess over Poisson.
-        room = max(opts[OPT_BUDGET] - seen, 1.0)
-        work = w_pref + decode_iter * rows[row, PREFILL_TOKENS] / room
         burst = np.inf
         if lam * work < 1.0:
             bursty, poisson = prefill_wait(lam, work, cv2n, ca2), prefill_wait(lam, work, cv2n, 1.0)
             burst = bursty[0] * bursty[1] - poisson[0] * poisson[1]
         wait = wait * (ca2 + 1.0) / 2.0
-    out[TTFT] = wait + residual + collision + burst + prefill + (decode_iter + d)
+    out[TTFT] = wait + residual + max(ahead, queued) + joined + burst + prefill + (decode_iter + d)
     out[ITL], out[PREFILL], out[CHUNK_COUNT] = itl, prefill, chunks
 
 

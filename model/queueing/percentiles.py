@@ -14,12 +14,13 @@ Where this assembly and `analyze`'s mean assembly differ: both share the chain, 
 and, by default, the first-token convention, and they agree at light load (with length CVs 0
 at 1e-3 of saturation the means equal analyze's TTFT and ITL within 1 %, and so does the median
 wherever fewer than 2 % of arrivals find the engine busy). Under load they part in four terms:
-  * work ahead of a new prompt: here the prompts admitted with the iteration in progress and
-    those arriving during it (Poisson counts), or a GI/G/1 queue on prompt work when prompts back
-    up beyond a budget; the refined mean has a length-biased residual scaled by an Allen-Cunneen
-    factor and a collision term (C), the paper's mean neither;
-  * later arrivals joining the prompt's iteration: here counted while the budget holds them;
-    in the refined mean part of C;
+  * work ahead of a new prompt: here, per point, the prompts admitted with the iteration in
+    progress and those arriving during it (Poisson counts), or the GI/G/1 queue on prompt work
+    when prompts back up beyond a budget, whichever is longer; the refined mean takes the same
+    two views at their means (a length-biased residual and the collision term C, scaled by an
+    Allen-Cunneen factor, against the same prefill-work queue), the paper's mean neither;
+  * later arrivals joining the prompt's iteration: both count them while the budget holds
+    them (the refined mean from the mean count); the paper's mean does not;
   * the wait for a slot: here exponential per arrival; the means use W = L_q / Lambda;
   * ITL: here decode iterations at the lifetime-averaged occupancy, stretched by the share of
     the lifetime others' prefill work takes; the means take (S-bar - T_p) / m, which spreads

@@ -9,8 +9,10 @@ the refined variant) and the share n / (M - x) of the decode iteration D(x) it r
     S(n) = W_pref(n) + D(x) n / (M - x)                                      (ms)
 
 `prompt_service_ms` gives S per prompt; `prefill_work_queue` turns the moments of S and the
-arrival process into the wait of a GI/G/1 queue. Utilisation rho = lambda E[S]; the wait is
-positive with probability rho and has an exponential tail whose mean is Kingman's,
+arrival process into the wait of a GI/G/1 queue (the refined mean TTFT takes the same wait at
+the mean prompt, cs2 the prompt length's squared CV: model/queueing/kernel_mean.py). Utilisation
+rho = lambda E[S]; the wait is positive with probability rho and has an exponential tail whose
+mean is Kingman's,
 
     E[W] = rho / (1 - rho) (ca2 + cs2) / 2 E[S],   P(W > t) = rho exp(-t rho / E[W]),
 

@@ -14,12 +14,18 @@ S-bar, W and the saturation rate keep their meaning. Four things change:
 * Bursts (arrival CV > 1): the slot wait W is scaled by (ca2 + 1) / 2 and the
   prefill-work queue (prefill_queue.py, shared with the percentile model) adds its wait beyond
   the Poisson one, E[W](ca2) - E[W](1); at or below Poisson neither changes anything.
-* TTFT = W + R + C + B + T_p + (L_d + d), with B the burst term and d = W_dec / m: the focal
-  prefill iteration holds the others' decodes (L_d = alpha + X_o d), not a share of their
-  prefills, so T_p = c_f L_d + W_pref(c_f) with c_f = c(round(X_o + 1)); R waits for the
-  iteration in progress (Allen-Cunneen scaled); C covers arrivals joining the same prefill step;
-  the first token is one decode iteration. ITL = (S-bar - T_p) / m as in the paper (total service
-  conserved), floored at alpha + d.
+* TTFT = W + b L_d / 2 + max(A, Q) + J + B + T_p + (L_d + d), with B the burst term and
+  d = W_dec / m: the focal prefill iteration holds the others' decodes (L_d = alpha + X_o d), not
+  a share of their prefills, so T_p = c_f L_d + W_pref(c_f) with c_f = c(round(X_o + 1)). The
+  arrival waits for the decode part of the iteration in progress (b L_d / 2) and for the prompt
+  work ahead of it: A = f b (R_P - L_d / 2 + C), the rest of that iteration's prompts
+  (length-biased residual R_P, Allen-Cunneen factor f) and the prompts that arrived during its
+  elapsed part (C = lambda R_P w), admitted first into the same step; or Q, the prefill-work
+  queue's wait at arrival CV min(ca2, 1), when prompts back up beyond one step (with length
+  spread at loads 0.5-0.7 it is the larger). J: the prompts arriving during the rest of it
+  (mean f lambda R_P, Poisson) join the focal step while the budget left after the focal prompt
+  and those ahead holds them. The first token is one decode iteration. ITL = (S-bar - T_p) / m
+  as in the paper (total service conserved), floored at alpha + d.
 
 A synchronous benchmark run (concurrency one, closed) has no chain: T_p = c(1) alpha +
 W_pref(c(1)), ITL = alpha + d, TTFT = T_p + alpha + d.

@@ -33,8 +33,12 @@ pytestmark = pytest.mark.integration
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 SERVER = ServerConfig()
 SHAPE = Workload(1024, 128)
-TTFT_MS, ITL_MS = 50.0, 25.0  # TTFT-bound: 17.4 req/s per replica for this shape
-LOW_RPS, HIGH_RPS = 8.0, 43.5
+TTFT_MS, ITL_MS = 50.0, 25.0  # TTFT-bound: 12.9 req/s per replica for this shape
+# 1 replica, then 2: the daemon corrects its predictions by their error on the emulator, whose
+# first token leaves with the prefill (about one decode iteration before the model's), so its
+# own capacity per replica is higher (16-20 req/s in these windows); 25 req/s needs 2 replicas by
+# either reckoning.
+LOW_RPS, HIGH_RPS = 8.0, 25.0
 CYCLE_S = 3
 REPO = Path(__file__).resolve().parents[2]
 
@@ -116,7 +120,7 @@ def wait_for(port: int, predicate, timeout_s: float) -> dict[str, float]:  # typ
 def test_step_up_then_kill_and_restart(fleet: EmulatedFleet, tmp_path: Path) -> None:
     expected_low = replicas_for_slo(LOW_RPS, LLAMA, SERVER, SHAPE, TTFT_MS, ITL_MS).replicas
     expected_high = replicas_for_slo(HIGH_RPS, LLAMA, SERVER, SHAPE, TTFT_MS, ITL_MS).replicas
-    assert (expected_low, expected_high) == (1, 3)
+    assert (expected_low, expected_high) == (1, 2)
     port, state, log = free_port(), tmp_path / "state.json", tmp_path / "daemon.log"
     seeded_cfg, plain_cfg = tmp_path / "seeded.yaml", tmp_path / "plain.yaml"
     write_config(seeded_cfg, fleet.urls, port, state, seeded=True)

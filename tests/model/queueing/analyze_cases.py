@@ -2,8 +2,11 @@
 tests/data/analyze-baseline.json.
 
 The file was written by `python -m tests.model.queueing.analyze_cases` from the numpy model
-(before model/queueing/kernel_*.py); tests/model/queueing/test_kernel_numerics.py recomputes
-every case and compares each output within 1e-9 relative. Cases: random request shapes, batch
+(before model/queueing/kernel_*.py); the refined option sets' rows were re-recorded with
+`run_case` and `run_points` when the refined mean TTFT took the prefill-work queue and the
+prompts joining a step (the paper variant's rows are the numpy model's).
+tests/model/queueing/test_kernel_numerics.py recomputes every case and compares each output
+within 1e-9 relative. Cases: random request shapes, batch
 sizes 1 to 4096, token budgets that make the chunk count vary, rates from 0 to past
 saturation, each under the paper variant, the default one, constant-rate arrivals with length
 spread, bursty arrivals with a prefix-cache hit ratio and an architecture, and a finite waiting

@@ -2,11 +2,13 @@
 tests/data/mean-sizing-baseline.json.
 
 The file was written by `python -m tests.model.queueing.mean_sizing_cases` from the code as it
-was before percentile targets were added to sizing; tests/model/queueing/test_mean_sizing_pinned.py
-recomputes every case and compares the floats exactly (as hex strings). Cases: every golden
-`size` and `replicas` case, the sizing calls of bench/model_speed.py, bench/soak.py and
-bench/closed_loop.py's scenarios, each under the paper variant, the default (refined, Poisson)
-variant and the refined variant with constant-rate arrivals and uniform length spread.
+was before percentile targets were added to sizing (the refined variants' cases re-recorded with
+`run_case` when the refined mean TTFT took the prefill-work queue, the paper's kept);
+tests/model/queueing/test_mean_sizing_pinned.py recomputes every case and compares the floats
+exactly (as hex strings). Cases: every golden `size` and `replicas` case, the sizing calls of
+bench/model_speed.py, bench/soak.py and bench/closed_loop.py's scenarios, each under the paper
+variant, the default (refined, Poisson) variant and the refined variant with constant-rate
+arrivals and uniform length spread.
 """
 
 from __future__ import annotations

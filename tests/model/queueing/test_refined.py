@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import poisson
 
 from model.queueing.analyzer import analyze, analyze_points, max_rate
 from model.queueing.params import ServerConfig, ServiceParams, Workload
@@ -150,7 +151,9 @@ def test_attention_lowers_the_saturation_rate():
 
 
 def test_poisson_fixed_lengths_closed_form():
-    # ca2 = 1, no dispersion: Allen-Cunneen factor 1, so R = b max(L_d/2, R_P), C = b lam R_P w.
+    # ca2 = 1, no dispersion: Allen-Cunneen factor 1. The wait for prefill work ahead is the
+    # larger of the residual's prefill part plus the prompts ahead, b (R_P - L_d/2 + lam R_P w),
+    # and the M/D/1 prefill-work queue; later arrivals join its step within the budget.
     a, w, d = work_terms(LLAMA, 1024, 512, 0.0, 0.0)
     rate = 6.0
     res = analyze(LLAMA, SERVER, SHAPE, rate, options=refined(1.0, cv=0.0, arch=None))
@@ -160,7 +163,15 @@ def test_poisson_fixed_lengths_closed_form():
     l_d = a + x_o * d
     mu = lam * l_d / (1 - lam * w)
     r_p = (l_d**2 + 2 * l_d * w * mu + w * w * (mu + mu * mu)) / (2 * (l_d + w * mu))
-    expected = res.avg_wait_ms + busy * max(l_d / 2, r_p) + busy * lam * r_p * w
+    ahead = busy * (max(r_p - l_d / 2, 0.0) + lam * r_p * w)
+    work = w + l_d * 1024 / (8192 - x_o)  # a prompt's time on the prefill server
+    rho = lam * work
+    queued = rho / (1 - rho) * work / 2  # Pollaczek-Khinchine, deterministic service
+    k = np.arange(40)
+    count = lam * r_p  # later arrivals; the budget holds (8192 - x_o) / 1024 - 1 - count of them
+    fit = (8192 - x_o) / 1024 - 1 - count
+    joined = busy * w * np.sum(np.minimum(k, fit) * poisson.pmf(k, count))
+    expected = res.avg_wait_ms + busy * l_d / 2 + max(ahead, queued) + joined
     expected += (l_d + w) + (l_d + d)
     assert res.ttft_ms == pytest.approx(expected, rel=1e-12)
     assert res.avg_prefill_ms == pytest.approx(l_d + w, rel=1e-12)
@@ -268,11 +279,13 @@ def test_sizing_passes_the_option_through():
 # --- the reported numbers (refinements §0) -------------------------------------------------
 
 
+# At the reported B5 parameters; TTFT errors 7.7 / 11.2 % since the mean also takes the
+# prefill-work queue and the prompts joining a step (B5 as reported: 7.9 / 11.4 %).
 @pytest.mark.parametrize(
     ("model", "arch", "theta", "itl_err", "ttft_err"),
     [
-        ("Llama-3.1-8B", LLAMA_3_1_8B, (6.576, 2.004e-2, 5.098e-5), 0.037, 0.079),
-        ("Qwen2.5-14B", QWEN_2_5_14B, (10.198, 3.570e-2, 7.800e-5), 0.073, 0.114),
+        ("Llama-3.1-8B", LLAMA_3_1_8B, (6.576, 2.004e-2, 5.098e-5), 0.037, 0.0766),
+        ("Qwen2.5-14B", QWEN_2_5_14B, (10.198, 3.570e-2, 7.800e-5), 0.073, 0.1116),
     ],
 )
 def test_grid_errors_at_the_reported_b5_parameters(model, arch, theta, itl_err, ttft_err):
