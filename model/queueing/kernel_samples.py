@@ -17,12 +17,16 @@ MAX_COUNT = 201  # the count's cap, reached only for u within rounding of 1
 
 
 @compiled
-def poisson_counts(mean: FloatArray, level: FloatArray) -> FloatArray:
+def poisson_counts(mean: FloatArray, level: FloatArray, largest: float) -> FloatArray:
     """Per element: the number of k with P(K <= k) < level for K ~ Poisson(mean), the CDF
-    summed term by term from k = 0 (at most MAX_COUNT)."""
+    summed term by term from k = 0 (at most MAX_COUNT); 0 where mean > largest (or NaN), left
+    to the caller."""
     out = np.empty(mean.shape[0])
     for j in range(mean.shape[0]):
         m, u = mean[j], level[j]
+        if not m <= largest:
+            out[j] = 0.0
+            continue
         pmf = math.exp(-m)
         cdf = pmf
         k = 0.0

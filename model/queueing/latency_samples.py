@@ -39,10 +39,10 @@ points (see itl_token_samples).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import ndtri
 
 from model.queueing import kernel_mean
 from model.queueing.chain import StateTable, evaluate
@@ -53,6 +53,8 @@ from model.queueing.sample_points import (
     count_quantile,
     gamma_quantile,
     length_quantile,
+    normal_points,
+    unit_order,
     unit_points,
 )
 
@@ -105,6 +107,20 @@ def _decoding_states(big_b: int) -> FloatArray:
     return np.minimum(np.arange(big_b + 1, dtype=np.float64), max(big_b - 1, 0))
 
 
+@lru_cache(maxsize=64)
+def _prompt_work(
+    params: ServiceParams, kappa: float, avg_input_tokens: float, input_length_cv: float
+) -> tuple[FloatArray, FloatArray, float, float]:
+    """Prompt lengths n over the length law, their prefill work W_pref(n, 1) (ms) and its mean
+    and variance: the same at every rate, built once per workload (sizing evaluates many rates,
+    a few at a time)."""
+    n = length_quantile(unit_points(1)[0], avg_input_tokens, input_length_cv)
+    work = prefill_work_ms(params, kappa, n, np.ones_like(n))
+    for v in (n, work):
+        v.flags.writeable = False
+    return n, work, float(work.mean()), float(work.var())
+
+
 def setting(
     params: ServiceParams,
     server: ServerConfig,
@@ -122,8 +138,9 @@ def setting(
     kappa = opts.attention_ratio if opts.refined else 0.0
     budget = server.max_num_batched_tokens
     # A prompt's work over the length law, and the prefill-work queue it feeds.
-    n = length_quantile(unit_points(1)[0], workload.avg_input_tokens, opts.input_length_cv)
-    work = prefill_work_ms(params, kappa, n, np.ones_like(n))
+    n, work, work_mean, work_var = _prompt_work(
+        params, kappa, workload.avg_input_tokens, opts.input_length_cv
+    )
     decoding = seen @ _decoding_states(table.max_batch_size)
     d_iter = table.alpha_ms + decoding * float(table.w_dec_ms[0, 0] / table.avg_output_tokens[0, 0])
     service_s = prompt_service_ms(work, n, d_iter[:, np.newaxis], decoding[:, np.newaxis], budget)
@@ -143,8 +160,8 @@ def setting(
         occupancy=occupancy,
         seen_pmf=seen,
         time_pmf=time_average_pmf(table, pmf, service, lam, occupancy, opts.arrival_cv),
-        prefill_mean_ms=float(work.mean()),
-        prefill_var_ms2=float(work.var()),
+        prefill_mean_ms=work_mean,
+        prefill_var_ms2=work_var,
         queue=prefill_work_queue(lam, s_mean, s_scv, opts.arrival_cv**2),
     )
 
@@ -157,8 +174,10 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     n_bar = max(s.workload.avg_input_tokens, 1.0)
     per_token = s.prefill_mean_ms / n_bar  # prefill work per prompt token (ms)
     poisson = u_kind < min(s.arrival_scv, 1.0)
+    # Every point Poisson (arrival CV >= 1): the constant-rate branches are left out.
+    arrivals: bool | NDArray[np.bool_] = True if poisson.all() else poisson
     lam = s.lam[:, np.newaxis]
-    i = inverse_cdf(s.seen_pmf, u_occ)
+    i = inverse_cdf(s.seen_pmf, u_occ, unit_order(10)[0])
     x = _decoding_states(big_b)[i]
     d_iter = s.decode_iteration_ms(x)
     room = np.maximum(s.budget - x, 1.0)
@@ -167,30 +186,34 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     share = np.minimum(lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
     mu = lam * d_iter / (1.0 - share)
     biased = u_bias < mu * s.prefill_mean_ms / (d_iter + mu * s.prefill_mean_ms)
-    # Constant-rate arrivals: floor(mu) prompts, one more with probability frac(mu), unbiased.
-    k = np.where(poisson, count_quantile(mu, u_k, True) + biased, np.floor(mu + u_k))
+    k = count_quantile(mu, u_k, True) + biased
+    if arrivals is not True:
+        # Constant-rate arrivals: floor(mu) prompts, one more with probability frac(mu), unbiased.
+        k = np.where(poisson, k, np.floor(mu + u_k))
     content = np.minimum(k * n_bar, room) * per_token
     busy = i >= 1
     in_progress = np.where(busy, d_iter + content, 0.0)
     # Arrivals during its elapsed part are ahead of the request, later ones may join it.
-    ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, poisson)
-    after = count_quantile(lam * u_pos * in_progress, u_after, poisson)
+    ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, arrivals)
+    after = count_quantile(lam * u_pos * in_progress, u_after, arrivals)
     n = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
     ahead_tokens = np.minimum(ahead * n_bar, room)
     queued = s.queue.quantile_ms(u_wait)
     residual = u_pos * np.where(busy, d_iter, 0.0)
     wait = residual + np.maximum(queued, u_pos * np.where(busy, content, 0.0)
                                  + ahead_tokens * per_token)
-    # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the previous one,
-    # which waited U' D for its own prefill iteration D + W_pref(n'): it waits out what is left
-    # of that iteration, or of a decode iteration. From mu = 1 on, the longer of this and the
-    # batch view above, so that the wait only grows with the rate.
-    prev = prefill_work_ms(s.params, s.kappa, np.minimum(
-        length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
-    ), np.ones_like(room))
-    left = np.where(busy, u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300), 0.0)
-    steady_wait = np.maximum(left, residual) + np.maximum(queued, ahead_tokens * per_token)
-    wait = np.where(poisson, wait, np.where(mu < 1.0, steady_wait, np.maximum(wait, steady_wait)))
+    if arrivals is not True:
+        # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the previous one,
+        # which waited U' D for its own prefill iteration D + W_pref(n'): it waits out what is
+        # left of that iteration, or of a decode iteration. From mu = 1 on, the longer of this
+        # and the batch view above, so that the wait only grows with the rate.
+        prev = prefill_work_ms(s.params, s.kappa, np.minimum(
+            length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
+        ), np.ones_like(room))
+        left = np.where(busy, u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300), 0.0)
+        steady_wait = np.maximum(left, residual) + np.maximum(queued, ahead_tokens * per_token)
+        wait = np.where(poisson, wait,
+                        np.where(mu < 1.0, steady_wait, np.maximum(wait, steady_wait)))
     # At least the chunks the budget forces; a mean-size prompt takes the chain's c(x + 1) (spec
     # §3: the budget must also hold the others' mean prefill load), scaled with its length.
     table_chunks = table.chunks[0, np.minimum(x, big_b - 1).astype(np.intp)]
@@ -232,8 +255,9 @@ def _lifetime_variance_share(lifetime_ms: FloatArray, service_ms: FloatArray) ->
 
 def itl_request_samples(s: Setting) -> FloatArray:
     """Per-request mean inter-token gap (ms) at each sample point, shape (rates, points)."""
-    u_m, u_x = unit_points(2)
-    u_w = u_x  # a burst of arrivals raises the occupancy and the prefill share together
+    u_m = unit_points(2)[0]
+    # One level for both: a burst of arrivals raises the occupancy and the prefill share together.
+    z_x = z_w = normal_points(2)[1]
     table = s.table
     big_b = table.max_batch_size
     opts = table.options
@@ -248,7 +272,7 @@ def itl_request_samples(s: Setting) -> FloatArray:
     life = gaps[np.newaxis, :] * mean_gap[:, np.newaxis]
     h = _lifetime_variance_share(life, s.service_ms[:, np.newaxis])
     # A gamma law (not Normal): never negative, and skewed like the count it stands for.
-    x_life = np.minimum(gamma_quantile(mean_x[:, np.newaxis], var_x[:, np.newaxis] * h, u_x),
+    x_life = np.minimum(gamma_quantile(mean_x[:, np.newaxis], var_x[:, np.newaxis] * h, z_x),
                         big_b - 1.0)
     # Share s of the lifetime spent on others' prefill work: the work landing in a window L
     # has mean lambda L E[W] and variance lambda L (ca2 E[W]^2 + Var W), so at Normal level z,
@@ -258,7 +282,7 @@ def itl_request_samples(s: Setting) -> FloatArray:
     rho = share[:, np.newaxis]
     spread = lam * (s.arrival_scv * s.prefill_mean_ms**2 + s.prefill_var_ms2)
     decode = s.decode_iteration_ms(x_life + 1.0)
-    a = ndtri(u_w) * np.sqrt(spread / (gaps[np.newaxis, :] * decode))
+    a = z_w * np.sqrt(spread / (gaps[np.newaxis, :] * decode))
     t = np.minimum((np.sqrt(a * a + 4.0 * (1.0 - rho)) - a) / 2.0, 1.0)
     # Below the mean, s = rho exp(a sqrt(1 - rho) / rho) instead (the same to first order):
     # it never falls as the rate rises, where rho - |a| sqrt(1 - rho) would at light load.
@@ -282,7 +306,7 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     ceil of lambda E[T]. Tokens come at x per iteration and (1 - rho) / D(x) iterations per ms.
     The decode-only gaps D(x) are exact atoms (one per state), the prefill-carrying ones are
     drawn at the sample points, so a small prefill share is resolved finely."""
-    u_state, u_pre, u_len, u_prev = unit_points(4)
+    u_state, u_pre, u_len = unit_points(4)[:3]
     table = s.table
     big_b = table.max_batch_size
     n_bar = max(s.workload.avg_input_tokens, 1.0)
@@ -298,18 +322,20 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * np.where(sparse, mu, 1.0)
     prefill_weight = weight * carries
     # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0).
-    xs = inverse_cdf(prefill_weight + 1e-300 * (x == 1), u_state).astype(np.float64)
+    drawn = inverse_cdf(prefill_weight + 1e-300 * (x == 1), u_state, unit_order(4)[0])
+    xs = drawn.astype(np.float64)
     # The previous iteration, whose arrivals this one admits, varies in length itself:
     # Var T = lambda E[T] E[W^2] / (1 - (lambda E[W])^2) for T = D + the work of
     # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance.
     lam = s.lam[:, np.newaxis]
     mean_t = s.decode_iteration_ms(xs) / (1.0 - rho)
     var_t = lam * mean_t * (s.prefill_var_ms2 + s.prefill_mean_ms**2) / (1.0 - rho * rho)
-    mu_s = lam * gamma_quantile(mean_t, var_t, u_prev)
+    mu_s = lam * gamma_quantile(mean_t, var_t, normal_points(4)[3])
     none = np.exp(-mu_s)
-    k_poisson = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
-    k_steady = np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre))
-    k = np.maximum(np.where(u_len < poisson, k_poisson, k_steady), 1.0)
+    k = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
+    if poisson < 1.0:  # some points constant-rate (every u_len < 1: none at arrival CV >= 1)
+        k = np.where(u_len < poisson, k, np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre)))
+    k = np.maximum(k, 1.0)
     n1 = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
     tokens = np.minimum(n1 + (k - 1.0) * n_bar, np.maximum(s.budget - xs, 1.0))
     values = np.concatenate(

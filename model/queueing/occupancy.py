@@ -87,11 +87,14 @@ def time_average_pmf(
     return mixed
 
 
-def inverse_cdf(pmf: FloatArray, u: FloatArray) -> NDArray[np.intp]:
-    """State drawn at probability level u (1-D, sorted or not) from each row's pmf: the smallest
-    i with P(state <= i) > u. Shape (rates, len(u))."""
+def inverse_cdf(
+    pmf: FloatArray, u: FloatArray, order: NDArray[np.intp]
+) -> NDArray[np.intp]:
+    """State drawn at probability level u (1-D, sorted or not; `order` sorts it, e.g.
+    sample_points.unit_order) from each row's pmf: the smallest i with P(state <= i) > u.
+    Shape (rates, len(u))."""
     cdf = np.cumsum(pmf, axis=1)
     cdf /= cdf[:, -1:]
     levels = np.ascontiguousarray(u, dtype=np.float64)
-    drawn: NDArray[np.intp] = kernel_samples.states_at_levels(cdf, levels, np.argsort(levels))
+    drawn: NDArray[np.intp] = kernel_samples.states_at_levels(cdf, levels, order)
     return drawn
