@@ -54,7 +54,6 @@ from model.queueing.sample_points import (
     gamma_quantile,
     length_quantile,
     normal_points,
-    unit_order,
     unit_points,
 )
 
@@ -168,7 +167,7 @@ def setting(
 
 def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     """TTFT (ms) at each sample point, shape (rates, points)."""
-    u_occ, u_pos, u_k, u_bias, u_ahead, u_after, u_wait, u_len, u_slot, u_kind = unit_points(10)
+    _, u_pos, u_k, u_bias, u_ahead, u_after, u_wait, u_len, u_slot, u_kind = unit_points(10)
     table = s.table
     big_b = table.max_batch_size
     n_bar = max(s.workload.avg_input_tokens, 1.0)
@@ -177,7 +176,7 @@ def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     # Every point Poisson (arrival CV >= 1): the constant-rate branches are left out.
     arrivals: bool | NDArray[np.bool_] = True if poisson.all() else poisson
     lam = s.lam[:, np.newaxis]
-    i = inverse_cdf(s.seen_pmf, u_occ, unit_order(10)[0])
+    i = inverse_cdf(s.seen_pmf, 10, 0)
     x = _decoding_states(big_b)[i]
     d_iter = s.decode_iteration_ms(x)
     room = np.maximum(s.budget - x, 1.0)
@@ -306,7 +305,7 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     ceil of lambda E[T]. Tokens come at x per iteration and (1 - rho) / D(x) iterations per ms.
     The decode-only gaps D(x) are exact atoms (one per state), the prefill-carrying ones are
     drawn at the sample points, so a small prefill share is resolved finely."""
-    u_state, u_pre, u_len = unit_points(4)[:3]
+    u_pre, u_len = unit_points(4)[1:3]
     table = s.table
     big_b = table.max_batch_size
     n_bar = max(s.workload.avg_input_tokens, 1.0)
@@ -322,8 +321,7 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * np.where(sparse, mu, 1.0)
     prefill_weight = weight * carries
     # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0).
-    drawn = inverse_cdf(prefill_weight + 1e-300 * (x == 1), u_state, unit_order(4)[0])
-    xs = drawn.astype(np.float64)
+    xs = inverse_cdf(prefill_weight + 1e-300 * (x == 1), 4, 0).astype(np.float64)
     # The previous iteration, whose arrivals this one admits, varies in length itself:
     # Var T = lambda E[T] E[W^2] / (1 - (lambda E[W])^2) for T = D + the work of
     # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance.

@@ -23,6 +23,7 @@ from scipy.special import ndtr
 from model.queueing import kernel_samples
 from model.queueing.chain import StateTable
 from model.queueing.refined import seen_at_constant_rate
+from model.queueing.sample_points import unit_order, unit_points
 
 FloatArray = NDArray[np.float64]
 
@@ -87,14 +88,12 @@ def time_average_pmf(
     return mixed
 
 
-def inverse_cdf(
-    pmf: FloatArray, u: FloatArray, order: NDArray[np.intp]
-) -> NDArray[np.intp]:
-    """State drawn at probability level u (1-D, sorted or not; `order` sorts it, e.g.
-    sample_points.unit_order) from each row's pmf: the smallest i with P(state <= i) > u.
-    Shape (rates, len(u))."""
+def inverse_cdf(pmf: FloatArray, dims: int, row: int) -> NDArray[np.intp]:
+    """State drawn from each row's pmf at every level u of the sample points
+    `unit_points(dims)[row]`: the smallest i with P(state <= i) > u. Shape (rates, POINTS).
+    The points' sort order is cached with them (sample_points.unit_order)."""
     cdf = np.cumsum(pmf, axis=1)
     cdf /= cdf[:, -1:]
-    levels = np.ascontiguousarray(u, dtype=np.float64)
+    levels, order = unit_points(dims)[row], unit_order(dims)[row]
     drawn: NDArray[np.intp] = kernel_samples.states_at_levels(cdf, levels, order)
     return drawn
