@@ -29,7 +29,7 @@ from exporter.clock import Clock
 from exporter.config import DEFAULT_MAX_RESPONSE_BYTES, DeploymentConfig
 from exporter.errors import ScrapeError
 from exporter.reading.http_fetch import FetchError, fetch
-from exporter.reading.pod_observation import PROCESS_START_TOLERANCE_S, Problem
+from exporter.reading.pod_observation import PROCESS_START_TOLERANCE_S, Problem, same_process
 from exporter.reading.vllm_metrics import (
     COUNTER_SOURCES,
     HISTOGRAM_SOURCES,
@@ -179,14 +179,11 @@ class ArrivalSampler:
             inside = [
                 (s.count, s.process_start_s)
                 for s in self._samples
-                if start_s <= s.time_s <= end_s and s.count is not None
+                if s.count is not None and start_s <= s.time_s <= end_s
             ]
         return any(
-            b < a
-            and sa is not None
-            and sb is not None
-            and abs(sb - sa) <= PROCESS_START_TOLERANCE_S
-            for (a, sa), (b, sb) in zip(inside, inside[1:], strict=False)
+            b < a and same_process(start_a, start_b)
+            for (a, start_a), (b, start_b) in zip(inside, inside[1:], strict=False)
         )
 
     def reading(self, start_s: float, end_s: float) -> DispersionReading:

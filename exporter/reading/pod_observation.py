@@ -49,6 +49,16 @@ class Continuity(StrEnum):
     INCONSISTENT = "inconsistent"  # counters fell, or an older process answers: unusable
 
 
+def same_process(start_s: float | None, other_s: float | None) -> bool:
+    """Two reads' process start times (s) name one process: both known and within
+    PROCESS_START_TOLERANCE_S."""
+    return (
+        start_s is not None
+        and other_s is not None
+        and abs(other_s - start_s) <= PROCESS_START_TOLERANCE_S
+    )
+
+
 def continuity(start: PodSample, end: PodSample) -> Continuity:
     """Whether the window between two samples of one URL can be read as one pod's increase.
 
@@ -61,7 +71,7 @@ def continuity(start: PodSample, end: PodSample) -> Continuity:
     decreased = _decreased(start, end)
     if start.process_start_s is None or end.process_start_s is None:
         return Continuity.RESTARTED if decreased else Continuity.SAME_PROCESS
-    if abs(end.process_start_s - start.process_start_s) <= PROCESS_START_TOLERANCE_S:
+    if same_process(start.process_start_s, end.process_start_s):
         return Continuity.INCONSISTENT if decreased else Continuity.SAME_PROCESS
     if end.process_start_s >= start.time_s - PROCESS_CLOCK_SKEW_S:
         return Continuity.RESTARTED
