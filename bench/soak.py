@@ -303,10 +303,11 @@ def main() -> int:
             capacity = gauge_values(families, "vllm_sizer_max_rate_per_replica_requests_per_second")
             for k, pod in enumerate(faulty):
                 name = f"faulty-{k}"
-                faulty_max = max(faulty_max, desired.get(name, 0.0))
-                if desired.get(name, 0.0) > 1:
+                got = desired.get(name, 0.0)
+                faulty_max = max(faulty_max, got)
+                if got > 1:
                     excursions.append({"t_s": round(elapsed, 1), "deployment": name,
-                                       "mode": pod.current, "desired": desired.get(name),
+                                       "mode": pod.current, "desired": got,
                                        "rate_rps": rate.get(name),
                                        "capacity_rps": capacity.get(name)})  # fmt: skip
             for k in range(HEALTHY):

@@ -16,7 +16,7 @@ from exporter.config import MIB, Config, DeploymentConfig, SloConfig, SourceConf
 from exporter.daemon import Daemon
 from exporter.errors import FailureReason
 from exporter.reading.arrival_sampler import ArrivalSampler
-from exporter.reading.observations import WindowTracker
+from exporter.reading.observations import DeploymentObservation, WindowTracker
 from exporter.reading.pod_observation import Problem
 from exporter.reading.promapi import PrometheusClient
 from exporter.reading.sources import ScrapeSource, SourceRead
@@ -168,25 +168,32 @@ def exposition(totals: PodTotals, started_s: float) -> str:
     return render(replace(totals, process_start_s=started_s))
 
 
-def two_reads(first: str, second: str) -> tuple[WindowTracker, object]:
-    """One pod URL read twice, W apart, answering `first` then `second`."""
-    bodies = iter([first, second])
+def observe_sequence(bodies: list[str]) -> list[DeploymentObservation]:
+    """Each window's observation of one pod URL answering `bodies` in turn, W apart."""
+    answers = iter(bodies)
     clock = ManualClock(T0)
     tracker = WindowTracker("d")
-    with FaultServer(Fault.SERVE, lambda: next(bodies)) as server:
+    observations = []
+    with FaultServer(Fault.SERVE, lambda: next(answers)) as server:
         source = ScrapeSource(clock=clock, urls=[server.url])
-        tracker.observe(source.read())
-        clock.advance(W)
-        return tracker, tracker.observe(source.read())
+        for _ in bodies:
+            observations.append(tracker.observe(source.read()))
+            clock.advance(W)
+    return observations[1:]
+
+
+def read_sequence(bodies: list[str]) -> list[float]:
+    """The arrival rate (req/s) of each window of `observe_sequence`."""
+    return [obs.arrival_rate_rps for obs in observe_sequence(bodies)]
 
 
 def test_counters_that_fall_without_a_restart_make_an_unusable_window() -> None:
     first = exposition(PodTotals().plus(STEP, times=10), T0 - 3600)
     lower = exposition(PodTotals().plus(STEP, times=4), T0 - 3600)  # same process, went down
-    _, obs = two_reads(first, lower)
-    assert Problem.COUNTERS_INCONSISTENT in obs.problems  # type: ignore[attr-defined]
-    assert obs.observed_pods == 0 and obs.arrival_rate_rps == 0.0  # type: ignore[attr-defined]
-    assert not obs.success  # type: ignore[attr-defined]  # nothing to size on: it holds
+    (obs,) = observe_sequence([first, lower])
+    assert Problem.COUNTERS_INCONSISTENT in obs.problems
+    assert obs.observed_pods == 0 and obs.arrival_rate_rps == 0.0
+    assert not obs.success  # nothing to size on: it holds
 
 
 def test_two_pods_behind_one_url_never_inflate_the_rate() -> None:
@@ -194,38 +201,12 @@ def test_two_pods_behind_one_url_never_inflate_the_rate() -> None:
     counters differ. Today's true rate is 2 req/s per pod; nothing may read far above it."""
     pods = [PodTotals().plus(STEP, times=40), PodTotals().plus(STEP, times=5)]
     starts = [T0 - 7200, T0 - 3600]
-    turn = {"k": 0}
-
-    def body() -> str:
-        k = turn["k"] % 2
-        turn["k"] += 1
-        return exposition(pods[k], starts[k])
-
-    clock = ManualClock(T0)
-    tracker = WindowTracker("d")
-    rates = []
-    with FaultServer(Fault.SERVE, body) as server:
-        source = ScrapeSource(clock=clock, urls=[server.url])
-        for _ in range(8):
-            obs = tracker.observe(source.read())
-            rates.append(obs.arrival_rate_rps)
-            clock.advance(W)
-            pods = [p.plus(STEP) for p in pods]
+    bodies = []
+    for k in range(8):  # read k answers pod k % 2; both served STEP more per window
+        bodies.append(exposition(pods[k % 2], starts[k % 2]))
+        pods = [p.plus(STEP) for p in pods]
+    rates = read_sequence(bodies)
     assert max(rates) <= 2 * 2.0 + 1e-9, rates  # the old reading charged ~100-700 req/s
-
-
-def read_sequence(bodies: list[str]) -> list[float]:
-    """The arrival rate of each window of one pod URL answering `bodies` in turn, W apart."""
-    answers = iter(bodies)
-    clock = ManualClock(T0)
-    tracker = WindowTracker("d")
-    rates = []
-    with FaultServer(Fault.SERVE, lambda: next(answers)) as server:
-        source = ScrapeSource(clock=clock, urls=[server.url])
-        for _ in bodies:
-            rates.append(tracker.observe(source.read()).arrival_rate_rps)
-            clock.advance(W)
-    return rates[1:]
 
 
 def test_a_return_to_the_higher_of_two_same_start_processes_is_not_a_burst() -> None:
@@ -313,9 +294,9 @@ def test_a_url_whose_counters_stay_below_the_old_ones_is_read_again_in_the_end()
 def test_a_real_restart_still_counts_from_zero() -> None:
     before = exposition(PodTotals().plus(STEP, times=20), T0 - 600)
     restarted = exposition(PodTotals().plus(STEP), T0 + 5)  # 60 completions since a restart
-    _, obs = two_reads(before, restarted)
-    assert Problem.COUNTER_RESET in obs.problems  # type: ignore[attr-defined]
-    assert obs.completion_rate_rps == pytest.approx(60 / W)  # type: ignore[attr-defined]
+    (obs,) = observe_sequence([before, restarted])
+    assert Problem.COUNTER_RESET in obs.problems
+    assert obs.completion_rate_rps == pytest.approx(60 / W)
 
 
 def test_a_pod_whose_metrics_fail_keeps_its_load_and_its_replica() -> None:
