@@ -47,6 +47,8 @@ class CounterTrust:
 
     def bases(self, previous: SourceRead) -> SourceRead:
         """`previous` with each distrusted pod's sample replaced by its base."""
+        if not self._suspects:  # the usual case: nothing to replace, nothing to copy
+            return previous
         samples = {s.pod: s for s in previous.samples}
         samples.update({pod: s.base for pod, s in self._suspects.items()})
         return SourceRead(previous.time_s, tuple(samples.values()), previous.failures)
