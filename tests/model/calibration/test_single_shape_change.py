@@ -86,3 +86,23 @@ def test_after_alpha_grows_the_capacity_follows_and_is_never_zero(
     capacity, itl = sized(tuner, light)
     assert itl == pytest.approx(measured, rel=0.10)
     assert measured < ITL_SLO_MS and capacity > light
+
+
+def test_a_ten_percent_faster_engine_is_detected_within_three_windows() -> None:
+    # 1024 / 512 tokens, every parameter / 1.1 after 20 minutes. Before the change watch the
+    # estimate half-followed each new point, no three of them stood 8 % off, and the old
+    # windows (at other loads) held the published capacity 20 % under the new truth's for 17
+    # windows; now the window keeps only the new replica's points after at most three.
+    shape = (1024.0, 512.0)
+    faster = ServiceParams(*(v / 1.1 for v in TRUTH.as_tuple()))
+    rate = saturation_rate_rps(TRUTH, SERVER, *shape)
+    profile = wandering_profile(rate, 3600.0, np.random.default_rng(15), 0.3, 0.7)
+    old = points(simulate_windows(TRUTH, SERVER, shape, profile, 1200.0, seed=15))
+    new = points(shifted(simulate_windows(faster, SERVER, shape, profile, 600.0, 16), 1200.0))
+    tuner = Tuner(SERVER)
+    for obs in old:
+        tuner.update(obs)
+    assert tuner.params is not None and len(tuner.window) == tuner.window_size
+    for obs in new[:3]:
+        tuner.update(obs)
+    assert all(obs in new for obs in tuner.window), "old points still in the window"
