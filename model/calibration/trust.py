@@ -160,8 +160,9 @@ def confidence(
     since_change: int | None,
     settle: int,
 ) -> float:
-    """Calibration confidence 0-1 (module docstring). `since_change` counts the updates since
-    the last detected change (None: none seen), `settle` how many it takes to recover."""
+    """Calibration confidence 0-1 (module docstring). `since_change` counts the cycles
+    (updates or idle ones) since the last detected change (None: none seen), `settle` how many
+    it takes to recover."""
     if not has_estimate:
         return 0.0
     share = (3 + identified) / 6.0

@@ -217,6 +217,15 @@ class Tuner:
         """Observations kept out of the window so far, per reason."""
         return MappingProxyType(dict(self._skipped))
 
+    def idle(self) -> None:
+        """A cycle passed without a point for this tuner (the daemon found its window unsteady,
+        e.g. pods came or went). It counts toward the recovery from a detected change like an
+        update: the confidence's recovery is then at most `min_observations` cycles long,
+        where counting updates alone left it low for as long as no points came, which itself
+        kept them away when the hand-over to the reactive count churned pods every window."""
+        if self._memory.since_change is not None:
+            self._memory.since_change += 1
+
     def update(self, observation: Observation) -> TunerStatus:
         """Take one cycle's observation; refit the window when it holds enough points."""
         if not isinstance(observation, Observation):
