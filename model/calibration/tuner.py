@@ -127,6 +127,9 @@ class Tuner:
         self.initial = initial
         self._memory = CalibrationMemory()
         self._watch = ChangeWatch()
+        # The estimate each of the newest points was judged by, oldest first: a change's
+        # anchor is the one in force when its first point came (not saved with the state).
+        self._judged_by: deque[ServiceParams] = deque(maxlen=self.window_size)
         self._window: deque[Observation] = deque(maxlen=self.window_size)
         self._params = initial
         self._state = TunerState.WARMING if initial is None else TunerState.HOLDING
@@ -241,6 +244,7 @@ class Tuner:
         began = None
         if self._params is not None and self._fit_count > 0:
             began = self._watch.judge(observation, self._params, self.server, self.options)
+            self._judged_by.append(self._params)
         self._window.append(observation)
         self._cut_on_change(began)
         # After a change cut the window, its newest points are fitted at once (with the prior).
@@ -271,15 +275,23 @@ class Tuner:
         return self._memory.since_change is not None and len(self._window) < self.window_size
 
     def _cut_on_change(self, began: int | None) -> None:
-        """Keep only the points since a change (`change_watch.points_since_change`)."""
+        """Keep only the points since a change (`change_watch.points_since_change`). The
+        estimate before the change, the prior's centre while recovering, is the one that
+        judged the first point kept: the points called before the watch called the change
+        had already been fitted, and at alpha x1.5 (1024/512 tokens, called on its third
+        point) the estimate after two of them had traded gamma (-35 %) against alpha; anchored
+        there the published capacity took 13 windows to follow, 3 from the one before."""
         if self._params is None or self._fit_count == 0:
             return
         window = list(self._window)
         keep = points_since_change(began, window, self._params, self.server, self.options)
         if keep is not None:
             self._window = deque(window[-keep:], maxlen=self.window_size)
-            self._memory.changed(self._params)
+            judged = list(self._judged_by)
+            before = judged[-keep] if 0 < keep <= len(judged) else self._params
+            self._memory.changed(before)
             self._watch.reset()
+            self._judged_by.clear()
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
