@@ -279,7 +279,7 @@ class Tuner:
         estimate before the change, the prior's centre while recovering, is the one that
         judged the first point kept: the points called before the watch called the change
         had already been fitted, and at alpha x1.5 (1024/512 tokens, called on its third
-        point) the estimate after two of them had traded gamma (-35 %) against alpha; anchored
+        point) the estimate after two of them had traded gamma against alpha; anchored
         there the published capacity took 13 windows to follow, 3 from the one before."""
         if self._params is None or self._fit_count == 0:
             return

@@ -106,3 +106,32 @@ def test_a_ten_percent_faster_engine_is_detected_within_three_windows() -> None:
     for obs in new[:3]:
         tuner.update(obs)
     assert all(obs in new for obs in tuner.window), "old points still in the window"
+
+
+def test_after_a_call_the_prior_is_centred_on_the_estimate_before_the_change() -> None:
+    # 1024 / 512 tokens, alpha x1.5 after 20 minutes, called on its third point. By then the
+    # first two were fitted with the steady prior: the estimate had moved gamma (which one
+    # shape leaves open) to trade against alpha. The centre of what the new points leave open
+    # must be the estimate that judged the change's first point; centred on the later one,
+    # the published capacity took 13 windows to follow in bench/tuner_robustness (3 now).
+    shape = (1024.0, 512.0)
+    rate = saturation_rate_rps(TRUTH, SERVER, *shape)
+    profile = wandering_profile(rate, 2400.0, np.random.default_rng(21), 0.3, 0.7)
+    old = points(simulate_windows(TRUTH, SERVER, shape, profile, 1200.0, seed=21))
+    new = points(shifted(simulate_windows(SLOWER, SERVER, shape, profile, 600.0, 22), 1200.0))
+    tuner = Tuner(SERVER)
+    for obs in old:
+        tuner.update(obs)
+    before = tuner.params
+    assert before is not None
+    for obs in new[:2]:
+        tuner.update(obs)
+    at_call = tuner.params
+    assert at_call is not None and at_call.gamma_ms > 1.2 * before.gamma_ms
+    tuner.update(new[2])
+    state = tuner.to_dict()
+    assert state["since_change"] == 0  # called on the third point
+    open_now = [k for k in range(3) if not state["identified"][k]]
+    assert 2 in open_now
+    for k in open_now:
+        assert state["anchor"][k] == before.as_tuple()[k]
