@@ -262,12 +262,10 @@ class Daemon:
         return reading.index, reading.requests
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
-        """Feed one per-replica observation to the tuner when the window is steady and has
-        latencies; otherwise tell it a cycle passed without one (`Tuner.idle`: a recovery from
-        a detected change must not wait for points that pod churn keeps away)."""
+        """Feed the window to the tuner as a per-replica point when it is one, else tell the
+        tuner a cycle passed without one (`Tuner.idle`: a recovery must not wait for points)."""
         previous, runtime.previous_rate_rps = runtime.previous_rate_rps, obs.arrival_rate_rps
-        point = self._point(runtime, obs, previous)
-        if point is None:
+        if (point := self._point(runtime, obs, previous)) is None:
             runtime.tuner.idle()
         else:
             runtime.tuner.update(point)

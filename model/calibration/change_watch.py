@@ -73,6 +73,9 @@ class ChangeWatch:
     upper: list[float] = field(default_factory=lambda: [0.0, 0.0])
     lower: list[float] = field(default_factory=lambda: [0.0, 0.0])
     streak: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # newest points beyond
+    # The estimate each of the newest points was judged by, oldest first (not saved: a
+    # restored tuner anchors a change on its current estimate).
+    judges: deque[ServiceParams] = field(default_factory=lambda: deque(maxlen=WATCH_HISTORY))
 
     def add(self, ttft_error: float, itl_error: float) -> int | None:
         """Take one innovation (relative errors (pred - meas) / meas); the number of newest
@@ -97,7 +100,7 @@ class ChangeWatch:
             if over and max(over) >= CHANGE_RUN:
                 called = max(over)
         if called is not None:
-            self.reset()  # the new estimate's innovations describe the changed deployment
+            self._restart()  # the new estimate's innovations describe the changed deployment
         else:
             self.history.append(innovation)
         self.spread.append(innovation)
@@ -115,11 +118,25 @@ class ChangeWatch:
         errors, load = FitProblem([observation], server, options).relative_errors(params)
         if not load[0] <= WATCH_MAX_LOAD:
             return None
+        self.judges.append(params)
         return self.add(float(errors[0, 0]), float(errors[0, 1]))
 
+    def judged_by(self, newest: int) -> ServiceParams | None:
+        """The estimate that judged the oldest of the `newest` points, if still known: the
+        estimate before a change that began there. Not the one in force when the change is
+        called: its first points were fitted by then, and at alpha x1.5 (1024/512 tokens,
+        called on its third point) the estimate after two of them had traded gamma against
+        alpha; anchored there the published capacity took 13 windows to follow, 3 from the
+        estimate before them."""
+        return self.judges[-newest] if 0 < newest <= len(self.judges) else None
+
     def reset(self) -> None:
-        """Start over (after a change the old innovations describe another deployment); the
-        spread's history stays (the traffic's scatter is the same)."""
+        """Start over after a change (the old innovations and estimates describe another
+        deployment); the spread's history stays (the traffic's scatter is the same)."""
+        self._restart()
+        self.judges.clear()
+
+    def _restart(self) -> None:
         self.history.clear()
         self.upper, self.lower, self.streak = [0.0, 0.0], [0.0, 0.0], [0, 0, 0, 0]
 

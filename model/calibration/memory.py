@@ -102,6 +102,14 @@ class CalibrationMemory:
         known = self.identified
         self.open_at_change = (not known[0], not known[1], not known[2])
 
+    def tick(self) -> None:
+        """A cycle passed, with a point or without one (the daemon skipped its window). A
+        recovery from a detected change lasts that many cycles, not points: counting points
+        alone kept the confidence low for as long as none came, which kept them away when the
+        hand-over to the reactive count churned pods every window (bench/replay_trace)."""
+        if self.since_change is not None:
+            self.since_change += 1
+
     def confidence(
         self, has_estimate: bool, errors: NDArray[np.float64] | None, settle: int
     ) -> float:

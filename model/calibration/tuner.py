@@ -127,9 +127,6 @@ class Tuner:
         self.initial = initial
         self._memory = CalibrationMemory()
         self._watch = ChangeWatch()
-        # The estimate each of the newest points was judged by, oldest first: a change's
-        # anchor is the one in force when its first point came (not saved with the state).
-        self._judged_by: deque[ServiceParams] = deque(maxlen=self.window_size)
         self._window: deque[Observation] = deque(maxlen=self.window_size)
         self._params = initial
         self._state = TunerState.WARMING if initial is None else TunerState.HOLDING
@@ -221,21 +218,16 @@ class Tuner:
         return MappingProxyType(dict(self._skipped))
 
     def idle(self) -> None:
-        """A cycle passed without a point for this tuner (the daemon found its window unsteady,
-        e.g. pods came or went). It counts toward the recovery from a detected change like an
-        update: the confidence's recovery is then at most `min_observations` cycles long,
-        where counting updates alone left it low for as long as no points came, which itself
-        kept them away when the hand-over to the reactive count churned pods every window."""
-        if self._memory.since_change is not None:
-            self._memory.since_change += 1
+        """A cycle passed without a point (the daemon found its window unsteady, e.g. pods
+        came or went): it counts toward a recovery all the same (`CalibrationMemory.tick`)."""
+        self._memory.tick()
 
     def update(self, observation: Observation) -> TunerStatus:
         """Take one cycle's observation; refit the window when it holds enough points."""
         if not isinstance(observation, Observation):
             raise ValueError(f"`observation` must be an Observation, got {observation!r}")
         memory = self._memory
-        if memory.since_change is not None:
-            memory.since_change += 1
+        memory.tick()
         skip = self._skip_reason(observation)
         if skip is not None:
             self._skipped[skip] += 1
@@ -244,7 +236,6 @@ class Tuner:
         began = None
         if self._params is not None and self._fit_count > 0:
             began = self._watch.judge(observation, self._params, self.server, self.options)
-            self._judged_by.append(self._params)
         self._window.append(observation)
         self._cut_on_change(began)
         # After a change cut the window, its newest points are fitted at once (with the prior).
@@ -270,28 +261,20 @@ class Tuner:
         return self._status(success=accepted, dropped=dropped, result=result)
 
     def _recovering(self) -> bool:
-        """Since a detected change, until the window is full again: fits then take every point
-        since it from the estimate before it (a steady prior would random-walk them)."""
+        """From a detected change until the window is full again (no steady prior then)."""
         return self._memory.since_change is not None and len(self._window) < self.window_size
 
     def _cut_on_change(self, began: int | None) -> None:
-        """Keep only the points since a change (`change_watch.points_since_change`). The
-        estimate before the change, the prior's centre while recovering, is the one that
-        judged the first point kept: the points called before the watch called the change
-        had already been fitted, and at alpha x1.5 (1024/512 tokens, called on its third
-        point) the estimate after two of them had traded gamma against alpha; anchored
-        there the published capacity took 13 windows to follow, 3 from the one before."""
+        """Keep only the points since a change (`change_watch.points_since_change`), centring
+        the prior on the estimate that judged the first of them (`ChangeWatch.judged_by`)."""
         if self._params is None or self._fit_count == 0:
             return
         window = list(self._window)
         keep = points_since_change(began, window, self._params, self.server, self.options)
         if keep is not None:
             self._window = deque(window[-keep:], maxlen=self.window_size)
-            judged = list(self._judged_by)
-            before = judged[-keep] if 0 < keep <= len(judged) else self._params
-            self._memory.changed(before)
+            self._memory.changed(self._watch.judged_by(keep) or self._params)
             self._watch.reset()
-            self._judged_by.clear()
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
