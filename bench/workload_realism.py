@@ -15,20 +15,17 @@ emulator exposes, 1-2-5 buckets with exact sum and count, read by `length_cv`; t
 from the sampler's index of dispersion of the first-token counter over 30 s windows; the hit
 ratio as vLLM's counters give it). Capacity uses the measured ones.
 
-First-token convention: the simulator's (and vLLM's scheduler's): the first token leaves with
-the last prefill chunk. The models give their TTFT in it (Analysis.ttft_with_last_chunk_ms; the
-capacity search `max_rate_for_slo(first_token=WITH_LAST_CHUNK)`): the mean TTFT the model
-charges without its first-token decode iteration. (Until this was there the simulator's TTFT
-was shifted by each request's mean inter-token gap instead, 22 ms at 4096/256 load 0.7 where
-the model charges a 13 ms decode iteration: the iteration after the last chunk also carries
-other prompts' chunks. `sim_gap_ms` keeps that gap.)
+First-token convention: the simulator's (vLLM's), the first token with the last prefill chunk;
+the models give theirs in it (Analysis.ttft_with_last_chunk_ms; max_rate_for_slo(first_token=
+WITH_LAST_CHUNK)). The simulator used to be shifted by each request's mean gap instead, which
+carries other prompts' chunks (22 ms at 4096/256 load 0.7 against a 13 ms decode iteration).
 
 Errors are (model - sim) / sim of the mean TTFT over the measured requests (requests arriving in
 a warm-up and a cool-down of twice the paper model's response time are not measured). A rate
 the model calls unstable is +inf; a simulated run whose backlog grows is marked unstable too.
 Capacity: the TTFT target is twice the shape's light-load TTFT (the refined model with the
-workload's inputs at rate 0); the simulator's capacity is the largest rate on a grid of 2.5 %
-of the saturation rate whose simulated mean TTFT meets it; the model's is `max_rate_for_slo`.
+workload's inputs at rate 0); the model's capacity is `max_rate_for_slo`, the simulator's the
+largest rate on a grid 2.5 % apart whose simulated mean TTFT meets it (`capacity`).
 
 Writes bench/results/workload_realism.json and .png.
 Run: .venv/bin/python bench/workload_realism.py [--quick] [--requests N]
@@ -39,22 +36,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
-from exporter.emulation.emulator_metrics import length_histogram
-from exporter.reading.arrival_sampler import SAMPLE_PERIOD_S, index_of_dispersion
 from model import PAPER_MODEL, FirstToken, Workload, analyze, max_rate_for_slo
-from model.calibration.histogram import length_cv
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 from model.simulation.modulation import modulated_profile
-from model.simulation.simulator import SimResult, Simulator
+from model.simulation.simulator import Simulator
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, RequestTrace, draw_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.realism_readings import cv_of, dispersion_cv, grew, histogram_cv  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LLAMA = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)  # Table I
@@ -68,10 +65,6 @@ MIN_LOAD = 0.005  # of the saturation rate: below it the simulator's capacity is
 SEED = 17017
 TWO_RATE_RATIO = 4.0  # high / low rate of the modulated process
 TWO_RATE_PERIOD_S = 30.0  # mean hold at each rate
-# A run whose last tenth of arrivals waits this many times longer than the first tenth: the
-# backlog grew through the run (no steady state).
-GROWTH_FACTOR = 3.0
-WINDOW_S = 30.0  # a collector window for the arrival sampler's reading
 # The convention of every TTFT compared here, means and capacities alike (module docstring).
 FIRST_TOKEN = "first token with the last prefill chunk (simulator; model ttft_with_last_chunk_ms)"
 
@@ -149,44 +142,9 @@ def draw(law: Law, n: int, m: int, rate: float, duration_s: float, seed: int) ->
                       prefix_hit_share=law.prefix_hit_share)
 
 
-def cv_of(values: np.ndarray) -> float:
-    return float(np.std(values) / np.mean(values))
-
-
 def options_for(input_cv: float, output_cv: float, arrival_cv: float, hit: float) -> ModelOptions:
     return replace(DEFAULT_MODEL, input_length_cv=input_cv, output_length_cv=output_cv,
                    arrival_cv=arrival_cv, prefix_hit_ratio=hit)
-
-
-def histogram_cv(tokens: np.ndarray) -> float:
-    """The length CV the collector reads from vLLM's token histogram (1-2-5 buckets as the
-    emulator exposes them, exact sum and count) of these requests."""
-    cv = length_cv(length_histogram(tokens, DEFAULT_MAX_MODEL_LEN))
-    return math.nan if cv is None else cv
-
-
-def dispersion_cv(first_token_s: np.ndarray, start_s: float, end_s: float) -> float:
-    """The arrival CV the sidecar sampler reads: the index of dispersion of the per-request
-    counter (it ticks at each first token) over 1 s bins, per WINDOW_S window, averaged over
-    the windows weighted by their requests (as the traffic tracker smooths it); its root."""
-    edges = np.arange(start_s, end_s + SAMPLE_PERIOD_S / 2, SAMPLE_PERIOD_S)
-    counts = np.histogram(first_token_s, bins=edges)[0].astype(np.float64)
-    per = int(WINDOW_S / SAMPLE_PERIOD_S)
-    found = [(index_of_dispersion(counts[k:k + per]), counts[k:k + per].sum())
-             for k in range(0, counts.size - per + 1, per)]
-    pairs = [(i, w) for i, w in found if i is not None and w > 0]
-    if not pairs:
-        return math.nan
-    index = sum(i * w for i, w in pairs) / sum(w for _, w in pairs)
-    return math.sqrt(index)
-
-
-def grew(res: SimResult, keep: np.ndarray) -> bool:
-    """The backlog grew through the run: late arrivals wait far longer than early ones."""
-    waits = res.ttft_ms[keep]
-    tenth = max(waits.size // 10, 1)
-    early, late = np.nanmean(waits[:tenth]), waits[-tenth:]
-    return bool(np.isnan(late).mean() > 0.5 or np.nanmean(late) > GROWTH_FACTOR * early + 1e3)
 
 
 def window(n: int, m: int, rate: float, requests: int) -> tuple[float, float]:
@@ -239,26 +197,25 @@ def replay(law: Law, n: int, m: int, load: float, trace: RequestTrace, margin_s:
                refined_ttft_ms=model(refined), measured_ttft_ms=model(measured))
 
 
-def model_capacity(workload: Workload, options: ModelOptions) -> tuple[float, float]:
-    """The TTFT target (twice the light-load TTFT) and the model's largest rate meeting it."""
-    light = analyze(LLAMA, SERVER, workload, 0.0, options=options)
-    target = 2.0 * float(light.ttft_with_last_chunk_ms)
-    rate = max_rate_for_slo(LLAMA, SERVER, workload, ttft_ms=target, options=options,
+def light_target(workload: Workload, options: ModelOptions) -> float:
+    """Twice the light-load TTFT (ms)."""
+    return 2.0 * float(analyze(LLAMA, SERVER, workload, 0.0, options=options)
+                       .ttft_with_last_chunk_ms)
+
+
+def model_rate(workload: Workload, options: ModelOptions, target_ms: float) -> float:
+    return max_rate_for_slo(LLAMA, SERVER, workload, ttft_ms=target_ms, options=options,
                             first_token=FirstToken.WITH_LAST_CHUNK).rate_rps
-    return target, rate
 
 
 def capacity(law: Law, n: int, m: int, options: ModelOptions, requests: int,
              seed: int) -> dict[str, float]:
-    """The model's and the simulator's largest rate meeting twice the light-load TTFT.
-
-    One trace is drawn at the model's capacity for `options` (the CVs read near saturation)
-    and replayed time-scaled on a grid of rates 2.5 % apart (common random numbers: a grid
-    point with a fresh draw of a CV 2 law moved its TTFT by up to 30 %, more than the steps
-    between points). The model is fed what the daemon reads while that trace is served at
-    the first rate: its length histograms, the sampler's arrival CV and the hit ratio."""
+    """The model's and the simulator's largest rate meeting twice the light-load TTFT. One
+    trace drawn at the model's capacity for `options` is replayed time-scaled at rates 2.5 %
+    apart (a fresh draw of a CV 2 law moved the TTFT by up to 30 %, more than a step), the
+    model fed what the daemon reads while that trace is served at the first rate."""
     workload = Workload(n, m)
-    anchor = model_capacity(workload, options)[1]
+    anchor = model_rate(workload, options, light_target(workload, options))
     margin_s, span_s = window(n, m, anchor, requests)
     base = draw(law, n, m, anchor, 2 * margin_s + span_s, seed)
 
@@ -271,13 +228,12 @@ def capacity(law: Law, n: int, m: int, options: ModelOptions, requests: int,
     first = run_at(0)
     served = options_for(first.measured_input_cv, first.measured_output_cv,
                          first.measured_arrival_cv, first.prefix_hit_ratio)
-    target, model_rate = model_capacity(workload, served)
-    # Beside it, the model fed the true CVs of the same requests: a miss that this closes is
-    # the measurement's, not the model's.
-    truth = options_for(first.input_cv, first.output_cv, first.arrival_cv,
-                        law.prefix_hit_share)
-    true_rate = max_rate_for_slo(LLAMA, SERVER, workload, ttft_ms=target, options=truth,
-                                 first_token=FirstToken.WITH_LAST_CHUNK).rate_rps
+    target = light_target(workload, served)
+    rate = model_rate(workload, served, target)
+    # Beside it, the model fed the true CVs of the same requests: a miss this closes is the
+    # measurement's, not the model's.
+    true_rate = model_rate(workload, options_for(first.input_cv, first.output_cv,
+                                                 first.arrival_cv, law.prefix_hit_share), target)
 
     def meets(k: int) -> bool:
         run = first if k == 0 else run_at(k)
@@ -298,8 +254,8 @@ def capacity(law: Law, n: int, m: int, options: ModelOptions, requests: int,
         while found and k + 1 < 0 and meets(k + 1):
             k += 1
     sim_rate = anchor * (1.0 + GRID_STEP) ** k if found else 0.0
-    return {"target_ttft_ms": target, "model_rps": model_rate, "sim_rps": sim_rate,
-            "error": (model_rate - sim_rate) / sim_rate if sim_rate > 0 else math.inf,
+    return {"target_ttft_ms": target, "model_rps": rate, "sim_rps": sim_rate,
+            "error": (rate - sim_rate) / sim_rate if sim_rate > 0 else math.inf,
             "model_true_cvs_rps": true_rate,
             "error_true_cvs": (true_rate - sim_rate) / sim_rate if sim_rate > 0 else math.inf,
             "input_cv": first.measured_input_cv, "output_cv": first.measured_output_cv,
