@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaincinv, ndtri
 
-from model.queueing import kernel_samples
+from model.queueing import kernel_latency, kernel_samples
 
 FloatArray = NDArray[np.float64]
 
@@ -68,18 +68,10 @@ def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
 def gamma_quantile(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArray:
     """Quantile at level u = Phi(z) of the gamma law with this mean and variance (Wilson-
     Hilferty's cube-root normal approximation, floored at 0; z from `normal_points`); the mean
-    itself where the variance is 0."""
-    positive = (mean > 0.0) & (var > 0.0) & np.isfinite(mean)
-    safe_mean = np.where(positive, mean, 1.0)
-    # mean / var and mean^2 / var without overflow: the shape k = mean^2 / var, kept in
-    # [1e-12, 1e12] (beyond it the law is a point or a spike at 0 for all practical purposes).
-    with np.errstate(over="ignore"):
-        ratio = np.where(positive, safe_mean / np.where(positive, var, 1.0), 1.0)
-        shape = np.clip(ratio * safe_mean, 1e-12, 1e12)
-    c = 1.0 / (9.0 * shape)
-    cube = np.maximum(1.0 - c + z * np.sqrt(c), 0.0) ** 3
-    out: FloatArray = np.where(positive, safe_mean * cube, mean)
-    return out
+    itself where the variance is 0 (kernel_latency.gamma_quantile). Arrays broadcast."""
+    full = [np.ascontiguousarray(v, dtype=np.float64) for v in np.broadcast_arrays(mean, var, z)]
+    out: FloatArray = kernel_latency.gamma_quantiles(*(v.reshape(-1) for v in full))
+    return out.reshape(full[0].shape)
 
 
 def count_quantile(
@@ -102,9 +94,6 @@ def count_quantile(
     counts: FloatArray = kernel_samples.poisson_counts(flat_mean, flat_u, _NORMAL_ABOVE)
     large = flat_mean > _NORMAL_ABOVE
     if large.any():
-        with np.errstate(invalid="ignore"):  # an infinite mean stays infinite
-            big = flat_mean[large]
-            normal = np.floor(big + np.sqrt(big) * ndtri(flat_u[large]) + 0.5)
-            counts[large] = np.maximum(normal, 0.0)
+        counts[large] = kernel_samples.normal_counts(flat_mean[large], ndtri(flat_u[large]))
     out: FloatArray = counts.reshape(shape)
     return out if poisson is True else np.where(poisson, out, np.floor(full_mean))

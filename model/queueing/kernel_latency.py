@@ -1,0 +1,233 @@
+"""Compiled per-point latencies of the percentile assembly (model/queueing/latency_samples.py
+documents the model): TTFT at each sample point and each rate, and the prefill work of a prompt.
+
+Each point is evaluated in one pass, operation for operation as the numpy expressions it
+replaced did (same order of operations; `_max` and `_min` keep numpy's NaN propagation), so
+the only differences are the last-bit ones of the library's log against numpy's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from model.queueing.jit import compiled
+from model.queueing.kernel_arrivals import wait_quantile
+from model.queueing.kernel_samples import count_at
+
+FloatArray = NDArray[np.float64]
+
+MAX_PREFILL_SHARE = 0.999  # the decode share 1 - rho of time never falls below this complement
+NORMAL_ABOVE = 40.0  # Poisson counts of larger means drawn from the Normal approximation
+# Per-point inputs of `ttft_points` (rows of its `points` argument).
+(U_POS, U_K, U_BIAS, U_AHEAD, U_AFTER, U_WAIT, U_KIND, Z_K, Z_AHEAD, Z_AFTER, PROMPT, PREVIOUS,
+ SLOT_LOG) = range(13)  # fmt: skip
+POINT_ROWS = 13
+
+
+@compiled
+def _max(a: float, b: float) -> float:
+    """numpy's maximum: NaN if either is."""
+    return a if (a >= b or a != a) else b
+
+
+@compiled
+def _min(a: float, b: float) -> float:
+    """numpy's minimum: NaN if either is."""
+    return a if (a <= b or a != a) else b
+
+
+@compiled
+def prefill_work(beta: float, gamma: float, kappa: float, n: float, chunks: float) -> float:
+    """W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (ms)."""
+    return beta * n + gamma * n * (chunks + 1.0) / 2.0 + beta * kappa * n * n / 2.0
+
+
+@compiled
+def prefill_works(
+    beta: float, gamma: float, kappa: float, n: FloatArray, chunks: FloatArray
+) -> FloatArray:
+    """`prefill_work` per element of equal-length 1-D arrays."""
+    out = np.empty(n.shape[0])
+    for j in range(n.shape[0]):
+        out[j] = prefill_work(beta, gamma, kappa, n[j], chunks[j])
+    return out
+
+
+@compiled
+def _count(mean: float, level: float, z: float, poisson: bool) -> float:
+    """Arrivals in a window of this mean count at level u: Poisson, or floor(mean) for a
+    constant-rate stream in a window that starts at an arrival."""
+    return count_at(mean, level, z, NORMAL_ABOVE) if poisson else np.floor(mean)
+
+
+@compiled
+def ttft_points(
+    state: NDArray[np.intp],
+    rate: FloatArray,
+    rate_values: FloatArray,
+    stable: NDArray[np.bool_],
+    queue_stable: NDArray[np.bool_],
+    points: FloatArray,
+    chunks: FloatArray,
+    work: FloatArray,
+    shape: FloatArray,
+) -> FloatArray:
+    """TTFT (ms) at each rate (rows) and sample point (columns).
+
+    state: the occupancy an arrival finds per (rate, point); rate: lambda (req/ms);
+    rate_values rows: the prefill queue's P(W > 0) and E[W | W > 0], the mean slot wait;
+    points: POINT_ROWS rows per point (the unit levels, the Normal quantiles of the count
+    levels, the prompt's length, the previous prompt's length, log(1 - u) of the slot wait);
+    chunks: the chain's c(x + 1) per decoding count x; work: beta, gamma, kappa, the mean prefill
+    work E[W_pref] and its share per prompt token; shape: B, the budget M, alpha, d, the mean
+    prompt length (at least 1), the Poisson share of arrivals min(ca2, 1) and 1 to add the first
+    decode iteration (0 not)."""
+    beta, gamma, kappa, work_mean, per_token = work[0], work[1], work[2], work[3], work[4]
+    big_b, budget, alpha, decode = shape[0], shape[1], shape[2], shape[3]
+    n_bar, poisson_share, after_decode = shape[4], shape[5], shape[6] > 0.0
+    last = max(big_b - 1.0, 0.0)
+    out = np.empty(state.shape)
+    for r in range(state.shape[0]):
+        lam = rate[r]
+        share = _min(lam * work_mean, MAX_PREFILL_SHARE)
+        for j in range(state.shape[1]):
+            if not stable[r]:
+                out[r, j] = np.inf
+                continue
+            u_pos, u_k, u_bias = points[U_POS, j], points[U_K, j], points[U_BIAS, j]
+            poisson = points[U_KIND, j] < poisson_share
+            i = state[r, j]
+            x = min(float(i), last)
+            d_iter = alpha + x * decode
+            room = _max(budget - x, 1.0)
+            # The iteration in progress (engine busy): D(x) plus the prompts admitted at its
+            # start, K of them, length-biased: Poisson(mu) with weight D / (D + mu P), 1 +
+            # Poisson(mu) else; constant-rate arrivals: floor(mu) prompts, one more with
+            # probability frac(mu), unbiased.
+            mu = lam * d_iter / (1.0 - share)
+            biased = u_bias < mu * work_mean / (d_iter + mu * work_mean)
+            k = count_at(mu, u_k, points[Z_K, j], NORMAL_ABOVE) + (1.0 if biased else 0.0)
+            if not poisson:
+                k = np.floor(mu + u_k)
+            content = _min(k * n_bar, room) * per_token
+            busy = i >= 1
+            in_progress = d_iter + content if busy else 0.0
+            # Arrivals during its elapsed part are ahead of the request, later ones may join it.
+            ahead = _count(lam * (1.0 - u_pos) * in_progress, points[U_AHEAD, j],
+                           points[Z_AHEAD, j], poisson)  # fmt: skip
+            joining = _count(lam * u_pos * in_progress, points[U_AFTER, j],
+                             points[Z_AFTER, j], poisson)  # fmt: skip
+            n = points[PROMPT, j]
+            ahead_tokens = _min(ahead * n_bar, room)
+            queued = wait_quantile(rate_values[0, r], rate_values[1, r], queue_stable[r],
+                                   points[U_WAIT, j])  # fmt: skip
+            residual = u_pos * (d_iter if busy else 0.0)
+            wait = residual + _max(queued, u_pos * (content if busy else 0.0)
+                                   + ahead_tokens * per_token)  # fmt: skip
+            if not poisson:
+                # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the
+                # previous one, which waited U' D for its own prefill iteration D + W_pref(n'):
+                # it waits out what is left of that iteration, or of a decode iteration. From
+                # mu = 1 on, the longer of this and the batch view, so that the wait only grows
+                # with the rate.
+                prev = prefill_work(beta, gamma, kappa, _min(points[PREVIOUS, j], room), 1.0)
+                left = (u_bias * d_iter + d_iter + prev - 1.0 / _max(lam, 1e-300)
+                        if busy else 0.0)  # fmt: skip
+                steady = _max(left, residual) + _max(queued, ahead_tokens * per_token)
+                wait = steady if mu < 1.0 else _max(wait, steady)
+            # At least the chunks the budget forces; a mean-size prompt takes the chain's
+            # c(x + 1), scaled with its length.
+            c = _max(np.ceil(n / room), np.floor(chunks[int(min(x, big_b - 1.0))] * n / n_bar
+                                                 + 1e-9))  # fmt: skip
+            c = _max(c, 1.0)
+            own = c * d_iter + prefill_work(beta, gamma, kappa, n, c)
+            joined = _min(joining * n_bar, _max(room - n - ahead_tokens, 0.0)) * per_token
+            slot = -rate_values[2, r] * points[SLOT_LOG, j] if i >= big_b else 0.0
+            ttft = slot + wait + own + joined
+            if after_decode:
+                ttft = ttft + d_iter + decode
+            out[r, j] = ttft
+    return out
+
+
+@compiled
+def gamma_quantile(mean: float, var: float, z: float) -> float:
+    """Quantile at level u = Phi(z) of the gamma law with this mean and variance (Wilson-
+    Hilferty's cube-root normal approximation, floored at 0); the mean itself unless mean and
+    variance are positive and the mean finite. The shape k = mean^2 / var is kept in
+    [1e-12, 1e12] (beyond it the law is a point or a spike at 0 for all practical purposes)."""
+    if not (mean > 0.0 and var > 0.0 and np.isfinite(mean)):
+        return mean
+    shape = min(max(mean / var * mean, 1e-12), 1e12)
+    c = 1.0 / (9.0 * shape)
+    return float(mean * _max(1.0 - c + z * np.sqrt(c), 0.0) ** 3.0)
+
+
+@compiled
+def gamma_quantiles(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArray:
+    """`gamma_quantile` per element of equal-length 1-D arrays."""
+    out = np.empty(mean.shape[0])
+    for j in range(mean.shape[0]):
+        out[j] = gamma_quantile(mean[j], var[j], z[j])
+    return out
+
+
+@compiled
+def prefill_arrivals(
+    state: NDArray[np.intp], rate: FloatArray, points: FloatArray, terms: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Per rate (rows) and prefill-carrying iteration (columns): the mean count of prompts it
+    admits, mu = lambda T_prev with T_prev the previous iteration's length drawn as a gamma law
+    (mean E[T] = D(x) / (1 - rho), variance lambda E[T] E[W^2] / (1 - rho^2)), and the level of
+    K >= 1 above P(K = 0) = exp(-mu). state: its decoding count x; points rows: the Normal level
+    of T_prev, the level of K; terms: alpha, d, E[W_pref], E[W_pref^2]."""
+    alpha, decode, work_mean, work_square = terms[0], terms[1], terms[2], terms[3]
+    mean = np.empty(state.shape)
+    level = np.empty(state.shape)
+    for r in range(state.shape[0]):
+        lam = rate[r]
+        rho = _min(lam * work_mean, MAX_PREFILL_SHARE)
+        for j in range(state.shape[1]):
+            mean_t = (alpha + state[r, j] * decode) / (1.0 - rho)
+            var_t = lam * mean_t * work_square / (1.0 - rho * rho)
+            mu = lam * gamma_quantile(mean_t, var_t, points[0, j])
+            none = np.exp(-mu)
+            mean[r, j] = mu
+            level[r, j] = none + points[1, j] * (1.0 - none)
+    return mean, level
+
+
+@compiled
+def prefill_gaps(
+    state: NDArray[np.intp],
+    count: FloatArray,
+    mean: FloatArray,
+    stable: NDArray[np.bool_],
+    points: FloatArray,
+    terms: FloatArray,
+) -> FloatArray:
+    """Per rate (rows) and prefill-carrying iteration (columns): its length (ms), D(x) plus the
+    prefill work of its prompts' tokens, the first prompt's n1 and k - 1 mean ones, at most the
+    budget M - x; +inf at unstable rates. count: Poisson K at its level; mean: its mean mu;
+    points rows: the level of K, the level of the first prompt's length and the arrival kind,
+    n1; terms: alpha, d, the mean prompt length (at least 1), E[W_pref] per prompt token, M,
+    the Poisson share of arrivals min(ca2, 1) (constant-rate iterations admit floor or ceil of
+    mu prompts, at least one)."""
+    alpha, decode, n_bar, per_token = terms[0], terms[1], terms[2], terms[3]
+    budget, poisson_share = terms[4], terms[5]
+    out = np.empty(state.shape)
+    for r in range(state.shape[0]):
+        for j in range(state.shape[1]):
+            if not stable[r]:
+                out[r, j] = np.inf
+                continue
+            k = count[r, j]
+            mu = mean[r, j]
+            if not points[1, j] < poisson_share:
+                k = 1.0 if mu < 1.0 else np.floor(mu + points[0, j])
+            k = _max(k, 1.0)
+            x = float(state[r, j])
+            tokens = _min(points[2, j] + (k - 1.0) * n_bar, _max(budget - x, 1.0))
+            out[r, j] = alpha + x * decode + tokens * per_token
+    return out
