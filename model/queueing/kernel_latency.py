@@ -152,68 +152,95 @@ def ttft_points(
 
 
 @compiled
-def gamma_quantile(mean: float, var: float, z: float) -> float:
-    """Quantile at level u = Phi(z) of the gamma law with this mean and variance (Wilson-
-    Hilferty's cube-root normal approximation, floored at 0); the mean itself unless mean and
-    variance are positive and the mean finite. The shape k = mean^2 / var is kept in
-    [1e-12, 1e12] (beyond it the law is a point or a spike at 0 for all practical purposes)."""
+def gamma_base(mean: float, var: float, z: float) -> float:
+    """The quantile at level u = Phi(z) of the gamma law with this mean and variance is
+    mean b^3 (Wilson-Hilferty's cube-root normal approximation, b = max(1 - c + z sqrt(c), 0),
+    c = 1 / (9 k), k = mean^2 / var kept in [1e-12, 1e12]: beyond it the law is a point or a
+    spike at 0 for all practical purposes): b, or 1 (the mean itself) unless mean and
+    variance are positive and the mean finite. The cube is left to numpy's vectorised power,
+    several times faster than the library's pow one element at a time."""
     if not (mean > 0.0 and var > 0.0 and np.isfinite(mean)):
-        return mean
+        return 1.0
     shape = min(max(mean / var * mean, 1e-12), 1e12)
     c = 1.0 / (9.0 * shape)
-    return float(mean * _max(1.0 - c + z * np.sqrt(c), 0.0) ** 3.0)
+    return _max(1.0 - c + z * np.sqrt(c), 0.0)
 
 
 @compiled
-def gamma_quantiles(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArray:
-    """`gamma_quantile` per element of equal-length 1-D arrays."""
+def gamma_bases(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArray:
+    """`gamma_base` per element of equal-length 1-D arrays."""
     out = np.empty(mean.shape[0])
     for j in range(mean.shape[0]):
-        out[j] = gamma_quantile(mean[j], var[j], z[j])
+        out[j] = gamma_base(mean[j], var[j], z[j])
     return out
 
 
 @compiled
-def prefill_arrivals(
-    state: NDArray[np.intp], rate: FloatArray, points: FloatArray, terms: FloatArray
+def previous_iteration(
+    state: NDArray[np.intp], rate: FloatArray, terms: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """Per rate (rows) and prefill-carrying iteration (columns): the mean count of prompts it
-    admits, mu = lambda T_prev with T_prev the previous iteration's length drawn as a gamma law
-    (mean E[T] = D(x) / (1 - rho), variance lambda E[T] E[W^2] / (1 - rho^2)), and the level of
-    K >= 1 above P(K = 0) = exp(-mu). state: its decoding count x; points rows: the Normal level
-    of T_prev, the level of K; terms: alpha, d, E[W_pref], E[W_pref^2]."""
+    """Per rate (rows) and prefill-carrying iteration (columns): the mean and variance (ms,
+    ms^2) of the iteration before it, whose arrivals it admits: E[T] = D(x) / (1 - rho) and
+    Var T = lambda E[T] E[W^2] / (1 - rho^2). state: its decoding count x; terms: alpha, d,
+    E[W_pref], E[W_pref^2]."""
     alpha, decode, work_mean, work_square = terms[0], terms[1], terms[2], terms[3]
     mean = np.empty(state.shape)
-    level = np.empty(state.shape)
+    var = np.empty(state.shape)
     for r in range(state.shape[0]):
         lam = rate[r]
         rho = _min(lam * work_mean, MAX_PREFILL_SHARE)
         for j in range(state.shape[1]):
-            mean_t = (alpha + state[r, j] * decode) / (1.0 - rho)
-            var_t = lam * mean_t * work_square / (1.0 - rho * rho)
-            mu = lam * gamma_quantile(mean_t, var_t, points[0, j])
-            none = np.exp(-mu)
-            mean[r, j] = mu
-            level[r, j] = none + points[1, j] * (1.0 - none)
-    return mean, level
+            mean[r, j] = (alpha + state[r, j] * decode) / (1.0 - rho)
+            var[r, j] = lam * mean[r, j] * work_square / (1.0 - rho * rho)
+    return mean, var
+
+
+@compiled
+def token_weights(
+    pmf: FloatArray, rate: FloatArray, terms: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per rate (rows) and state x = 0..B (columns): the token share of decode-only iterations
+    and of prefill-carrying ones, and the latter as drawn (a request alone at x = 1 when no
+    occupancy is resolvable). Tokens come at x per iteration and (1 - rho) / D(x) iterations
+    per ms; a share f(x) = 1 - exp(-mu), mu = lambda D(x) / (1 - rho), of iterations carries
+    prefill work (Poisson arrivals), min(mu, 1) (constant-rate ones). pmf: the time-average
+    occupancy; terms: alpha, d, E[W_pref], the Poisson share of arrivals min(ca2, 1)."""
+    alpha, decode, work_mean, poisson = terms[0], terms[1], terms[2], terms[3]
+    decode_only, carrying, drawn = np.empty(pmf.shape), np.empty(pmf.shape), np.empty(pmf.shape)
+    for r in range(pmf.shape[0]):
+        lam = rate[r]
+        rho = _min(lam * work_mean, MAX_PREFILL_SHARE)
+        for x in range(pmf.shape[1]):
+            d_state = alpha + x * decode
+            weight = x * pmf[r, x] * (1.0 - rho) / d_state
+            if x == 1:
+                weight = weight + 1e-300
+            mu = lam * d_state / (1.0 - rho)
+            carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * (mu if mu < 1.0 else 1.0)
+            decode_only[r, x] = weight * (1.0 - carries)
+            carrying[r, x] = weight * carries
+            drawn[r, x] = carrying[r, x] + (1e-300 if x == 1 else 0.0)
+    return decode_only, carrying, drawn
 
 
 @compiled
 def prefill_gaps(
     state: NDArray[np.intp],
-    count: FloatArray,
     mean: FloatArray,
+    level: FloatArray,
+    z: FloatArray,
     stable: NDArray[np.bool_],
     points: FloatArray,
     terms: FloatArray,
 ) -> FloatArray:
     """Per rate (rows) and prefill-carrying iteration (columns): its length (ms), D(x) plus the
     prefill work of its prompts' tokens, the first prompt's n1 and k - 1 mean ones, at most the
-    budget M - x; +inf at unstable rates. count: Poisson K at its level; mean: its mean mu;
-    points rows: the level of K, the level of the first prompt's length and the arrival kind,
-    n1; terms: alpha, d, the mean prompt length (at least 1), E[W_pref] per prompt token, M,
-    the Poisson share of arrivals min(ca2, 1) (constant-rate iterations admit floor or ceil of
-    mu prompts, at least one)."""
+    budget M - x; +inf at unstable rates. mean, level: of its Poisson count K;
+    z: the standard Normal quantile of the level where the mean exceeds NORMAL_ABOVE (else
+    unread); points rows: the level of K, the level of the first prompt's length and the
+    arrival kind, n1; terms: alpha, d, the mean prompt length (at least 1), E[W_pref] per prompt
+    token, M, the Poisson share of arrivals min(ca2, 1) (constant-rate iterations admit floor or
+    ceil of mu prompts, at least one)."""
     alpha, decode, n_bar, per_token = terms[0], terms[1], terms[2], terms[3]
     budget, poisson_share = terms[4], terms[5]
     out = np.empty(state.shape)
@@ -222,9 +249,10 @@ def prefill_gaps(
             if not stable[r]:
                 out[r, j] = np.inf
                 continue
-            k = count[r, j]
             mu = mean[r, j]
-            if not points[1, j] < poisson_share:
+            if points[1, j] < poisson_share:
+                k = count_at(mu, level[r, j], z[r, j], NORMAL_ABOVE)
+            else:
                 k = 1.0 if mu < 1.0 else np.floor(mu + points[0, j])
             k = _max(k, 1.0)
             x = float(state[r, j])

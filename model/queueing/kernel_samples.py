@@ -55,24 +55,6 @@ def count_at(mean: float, level: float, z: float, largest: float) -> float:
 
 
 @compiled
-def poisson_counts(mean: FloatArray, level: FloatArray, largest: float) -> FloatArray:
-    """`poisson_count` per element; 0 where mean > largest (or NaN), left to the caller."""
-    out = np.empty(mean.shape[0])
-    for j in range(mean.shape[0]):
-        out[j] = poisson_count(mean[j], level[j]) if mean[j] <= largest else 0.0
-    return out
-
-
-@compiled
-def normal_counts(mean: FloatArray, z: FloatArray) -> FloatArray:
-    """`normal_count` per element."""
-    out = np.empty(mean.shape[0])
-    for j in range(mean.shape[0]):
-        out[j] = normal_count(mean[j], z[j])
-    return out
-
-
-@compiled
 def states_at_levels(
     cdf: FloatArray, levels: FloatArray, order: NDArray[np.intp]
 ) -> NDArray[np.intp]:

@@ -38,11 +38,12 @@ points (see itl_token_samples).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.special import ndtri
 
 from model.queueing import kernel_latency, kernel_mean
 from model.queueing.chain import StateTable, evaluate
@@ -50,7 +51,6 @@ from model.queueing.occupancy import arrival_pmf, inverse_cdf, time_average_pmf
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.prefill_queue import PrefillWait, prefill_work_queue, prompt_service_ms
 from model.queueing.sample_points import (
-    count_quantile,
     gamma_quantile,
     length_quantile,
     normal_points,
@@ -90,6 +90,18 @@ class Setting:
         """D(x) = alpha + x d."""
         out: FloatArray = self.table.alpha_ms + decoding * self.decode_ms
         return out
+
+    def head(self, count: int) -> Setting:
+        """The setting at the first `count` rates: each rate's values are its own (every metric
+        is computed rate by rate), so a search can stop evaluating past a missed target."""
+        q = self.queue
+        return replace(
+            self, lam=self.lam[:count], stable=self.stable[:count],
+            service_ms=self.service_ms[:count], occupancy=self.occupancy[:count],
+            seen_pmf=self.seen_pmf[:count], time_pmf=self.time_pmf[:count],
+            queue=PrefillWait(utilization=q.utilization[:count], delay_prob=q.delay_prob[:count],
+                              tail_ms=q.tail_ms[:count]),
+        )  # fmt: skip
 
 
 def prefill_work_ms(
@@ -275,7 +287,7 @@ def itl_request_samples(s: Setting) -> FloatArray:
 
 
 # Rows of `_token_points`: prefill_gaps' levels (K, first prompt's length and arrival kind,
-# n1), then prefill_arrivals' (the Normal level of T_prev, K).
+# n1), then the Normal level of the previous iteration's length T_prev.
 _Z_PREVIOUS = 3
 
 
@@ -285,7 +297,7 @@ def _token_points(avg_input_tokens: float, input_length_cv: float) -> FloatArray
     at every rate, built once per workload."""
     _, u_pre, u_len, _ = unit_points(4)
     n1 = length_quantile(u_len, avg_input_tokens, input_length_cv)
-    out = np.ascontiguousarray(np.stack([u_pre, u_len, n1, normal_points(4)[3], u_pre]))
+    out = np.ascontiguousarray(np.stack([u_pre, u_len, n1, normal_points(4)[3]]))
     out.flags.writeable = False
     return out
 
@@ -304,31 +316,29 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     big_b = table.max_batch_size
     n_bar = max(s.workload.avg_input_tokens, 1.0)
     per_token = s.prefill_mean_ms / n_bar
-    x = np.arange(big_b + 1, dtype=np.float64)[np.newaxis, :]
-    rho = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)[:, np.newaxis]
-    d_state = s.decode_iteration_ms(x)
-    weight = x * s.time_pmf * (1.0 - rho) / d_state
-    weight[:, 1] += 1e-300  # a request alone when no occupancy is resolvable (rate -> 0)
-    mu = s.lam[:, np.newaxis] * d_state / (1.0 - rho)
     poisson = min(s.arrival_scv, 1.0)
-    sparse = mu < 1.0
-    carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * np.where(sparse, mu, 1.0)
-    prefill_weight = weight * carries
+    terms = np.array([table.alpha_ms, s.decode_ms, s.prefill_mean_ms, poisson])
+    decode_only, carrying, drawn = kernel_latency.token_weights(s.time_pmf, s.lam, terms)
     # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0). The
     # previous iteration, whose arrivals this one admits, varies in length itself:
     # Var T = lambda E[T] E[W^2] / (1 - (lambda E[W])^2) for T = D + the work of
     # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance
-    # (kernel_latency.prefill_arrivals, then K and the iteration: prefill_gaps).
-    xs = inverse_cdf(prefill_weight + 1e-300 * (x == 1), 4, 0)
+    # (kernel_latency.previous_iteration; K and the iteration: prefill_gaps).
+    xs = inverse_cdf(drawn, 4, 0)
     levels = _token_points(s.workload.avg_input_tokens, table.options.input_length_cv)
     terms = np.array([table.alpha_ms, s.decode_ms, s.prefill_mean_ms,
                       s.prefill_var_ms2 + s.prefill_mean_ms**2])  # fmt: skip
-    mu_s, level = kernel_latency.prefill_arrivals(xs, s.lam, levels[_Z_PREVIOUS:], terms)
-    k = count_quantile(mu_s, level, True)
+    mean_t, var_t = kernel_latency.previous_iteration(xs, s.lam, terms)
+    mu_s = s.lam[:, np.newaxis] * gamma_quantile(mean_t, var_t, levels[_Z_PREVIOUS])
+    none = np.exp(-mu_s)
+    level = none + levels[0] * (1.0 - none)
+    # Counts of large means come from the Normal approximation, at the level's Normal quantile.
+    z = ndtri(level) if (mu_s > kernel_latency.NORMAL_ABOVE).any() else level
     terms = np.array([table.alpha_ms, s.decode_ms, n_bar, per_token, s.budget, poisson])
-    gaps = kernel_latency.prefill_gaps(xs, k, mu_s, s.stable, levels[:_Z_PREVIOUS], terms)
-    decode_only = np.where(s.stable[:, np.newaxis], d_state, np.inf)
-    values = np.concatenate([decode_only, gaps], axis=1)
-    share = prefill_weight.sum(axis=1, keepdims=True) / xs.shape[1]
-    weights = np.concatenate([weight * (1.0 - carries), np.broadcast_to(share, xs.shape)], axis=1)
+    gaps = kernel_latency.prefill_gaps(xs, mu_s, level, z, s.stable, levels[:_Z_PREVIOUS], terms)
+    states = np.arange(big_b + 1, dtype=np.float64)
+    decode_gaps = np.where(s.stable[:, np.newaxis], s.decode_iteration_ms(states), np.inf)
+    values = np.concatenate([decode_gaps, gaps], axis=1)
+    share = carrying.sum(axis=1, keepdims=True) / xs.shape[1]
+    weights = np.concatenate([decode_only, np.broadcast_to(share, xs.shape)], axis=1)
     return values, weights

@@ -15,14 +15,13 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaincinv, ndtri
 
-from model.queueing import kernel_latency, kernel_samples
+from model.queueing import kernel_latency
 
 FloatArray = NDArray[np.float64]
 
 POINTS = 1024  # points per metric; p99 rests on the 10 points beyond it
 _SEED = 20261202
 _MAX_UNIFORM_CV = 3.0**-0.5
-_NORMAL_ABOVE = 40.0  # Poisson counts of larger means drawn from the Normal approximation
 
 
 @lru_cache(maxsize=8)
@@ -68,32 +67,8 @@ def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
 def gamma_quantile(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArray:
     """Quantile at level u = Phi(z) of the gamma law with this mean and variance (Wilson-
     Hilferty's cube-root normal approximation, floored at 0; z from `normal_points`); the mean
-    itself where the variance is 0 (kernel_latency.gamma_quantile). Arrays broadcast."""
+    itself where the variance is 0 (kernel_latency.gamma_base). Arrays broadcast."""
     full = [np.ascontiguousarray(v, dtype=np.float64) for v in np.broadcast_arrays(mean, var, z)]
-    out: FloatArray = kernel_latency.gamma_quantiles(*(v.reshape(-1) for v in full))
-    return out.reshape(full[0].shape)
-
-
-def count_quantile(
-    mean: FloatArray, u: FloatArray, poisson: bool | NDArray[np.bool_]
-) -> FloatArray:
-    """Arrivals in a window with this mean count, at level u: Poisson where `poisson`, else the
-    count of a constant-rate stream in a window that starts at an arrival, floor(mean). Float
-    counts."""
-    shape = np.broadcast(mean, u).shape
-    # Both at full shape, contiguous, for the kernel (broadcast by assignment: numpy's
-    # broadcast_to costs more than the copy).
-    full_mean, full_u = np.empty(shape), np.empty(shape)
-    full_mean[...], full_u[...] = mean, u
-    if poisson is not True and not np.any(poisson):
-        return np.floor(full_mean)
-    # Poisson by inverse CDF: the count is the number of k with P(K <= k) < u (at most 201, a
-    # cap only reached for u within rounding of 1), counted up from 0 (compiled, one pass over
-    # every element: model/queueing/kernel_samples.py). A Normal approximation for large means.
-    flat_mean, flat_u = full_mean.reshape(-1), full_u.reshape(-1)
-    counts: FloatArray = kernel_samples.poisson_counts(flat_mean, flat_u, _NORMAL_ABOVE)
-    large = flat_mean > _NORMAL_ABOVE
-    if large.any():
-        counts[large] = kernel_samples.normal_counts(flat_mean[large], ndtri(flat_u[large]))
-    out: FloatArray = counts.reshape(shape)
-    return out if poisson is True else np.where(poisson, out, np.floor(full_mean))
+    base = kernel_latency.gamma_bases(*(v.reshape(-1) for v in full)).reshape(full[0].shape)
+    out: FloatArray = full[0] * base**3
+    return out
