@@ -21,8 +21,11 @@ MAX_PREFILL_SHARE = 0.999  # the decode share 1 - rho of time never falls below 
 NORMAL_ABOVE = 40.0  # Poisson counts of larger means drawn from the Normal approximation
 # Per-point inputs of `ttft_points` (rows of its `points` argument).
 (U_POS, U_K, U_BIAS, U_AHEAD, U_AFTER, U_WAIT, U_KIND, Z_K, Z_AHEAD, Z_AFTER, PROMPT, PREVIOUS,
- SLOT_LOG) = range(13)  # fmt: skip
-POINT_ROWS = 13
+ SLOT_LOG, LOG_K, LOG_AHEAD, LOG_AFTER) = range(16)  # fmt: skip
+POINT_ROWS = 16
+# A Poisson count is 0 when exp(-mean) >= u. Where -mean exceeds log(u) by this much, exp(-mean)
+# is above u whatever the last-bit errors of exp and log, so the count is 0 without the exp.
+_CLEARLY_ABOVE = 1e-9
 
 
 @compiled
@@ -55,10 +58,20 @@ def prefill_works(
 
 
 @compiled
-def _count(mean: float, level: float, z: float, poisson: bool) -> float:
+def _poisson(mean: float, level: float, log_level: float, z: float) -> float:
+    """A Poisson(mean) count at level u (log_level = log u, z its Normal quantile): 0 at once
+    where exp(-mean) is clearly at least u (mostly so at the means TTFT meets, and the exp and
+    the branch on it were most of a point's time), else `count_at`."""
+    if -mean > log_level + _CLEARLY_ABOVE:
+        return 0.0
+    return count_at(mean, level, z, NORMAL_ABOVE)
+
+
+@compiled
+def _count(mean: float, level: float, log_level: float, z: float, poisson: bool) -> float:
     """Arrivals in a window of this mean count at level u: Poisson, or floor(mean) for a
     constant-rate stream in a window that starts at an arrival."""
-    return count_at(mean, level, z, NORMAL_ABOVE) if poisson else np.floor(mean)
+    return _poisson(mean, level, log_level, z) if poisson else np.floor(mean)
 
 
 @compiled
@@ -78,7 +91,8 @@ def ttft_points(
     state: the occupancy an arrival finds per (rate, point); rate: lambda (req/ms);
     rate_values rows: the prefill queue's P(W > 0) and E[W | W > 0], the mean slot wait;
     points: POINT_ROWS rows per point (the unit levels, the Normal quantiles of the count
-    levels, the prompt's length, the previous prompt's length, log(1 - u) of the slot wait);
+    levels, the prompt's length, the previous prompt's length, log(1 - u) of the slot wait,
+    the logs of the count levels);
     chunks: the chain's c(x + 1) per decoding count x; work: beta, gamma, kappa, the mean prefill
     work E[W_pref] and its share per prompt token; shape: B, the budget M, alpha, d, the mean
     prompt length (at least 1), the Poisson share of arrivals min(ca2, 1) and 1 to add the first
@@ -107,7 +121,7 @@ def ttft_points(
             # probability frac(mu), unbiased.
             mu = lam * d_iter / (1.0 - share)
             biased = u_bias < mu * work_mean / (d_iter + mu * work_mean)
-            k = count_at(mu, u_k, points[Z_K, j], NORMAL_ABOVE) + (1.0 if biased else 0.0)
+            k = _poisson(mu, u_k, points[LOG_K, j], points[Z_K, j]) + (1.0 if biased else 0.0)
             if not poisson:
                 k = np.floor(mu + u_k)
             content = _min(k * n_bar, room) * per_token
@@ -115,9 +129,9 @@ def ttft_points(
             in_progress = d_iter + content if busy else 0.0
             # Arrivals during its elapsed part are ahead of the request, later ones may join it.
             ahead = _count(lam * (1.0 - u_pos) * in_progress, points[U_AHEAD, j],
-                           points[Z_AHEAD, j], poisson)  # fmt: skip
+                           points[LOG_AHEAD, j], points[Z_AHEAD, j], poisson)  # fmt: skip
             joining = _count(lam * u_pos * in_progress, points[U_AFTER, j],
-                             points[Z_AFTER, j], poisson)  # fmt: skip
+                             points[LOG_AFTER, j], points[Z_AFTER, j], poisson)  # fmt: skip
             n = points[PROMPT, j]
             ahead_tokens = _min(ahead * n_bar, room)
             queued = wait_quantile(rate_values[0, r], rate_values[1, r], queue_stable[r],

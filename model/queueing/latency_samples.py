@@ -183,8 +183,8 @@ def setting(
 @lru_cache(maxsize=64)
 def _ttft_points(avg_input_tokens: float, input_length_cv: float) -> FloatArray:
     """Per sample point, what TTFT needs of it beside the rate (kernel_latency.POINT_ROWS rows):
-    the unit levels, the Normal quantiles of the count levels, the prompt's length and the
-    previous prompt's (constant-rate arrivals), and log(1 - u) of the slot wait. The same at
+    the unit levels, the Normal quantiles and logs of the count levels, the prompt's length and
+    the previous prompt's (constant-rate arrivals), and log(1 - u) of the slot wait. The same at
     every rate, built once per workload."""
     _, u_pos, u_k, u_bias, u_ahead, u_after, u_wait, u_len, u_slot, u_kind = unit_points(10)
     z = normal_points(10)
@@ -195,7 +195,8 @@ def _ttft_points(avg_input_tokens: float, input_length_cv: float) -> FloatArray:
         kernel_latency.Z_K: z[2], kernel_latency.Z_AHEAD: z[4], kernel_latency.Z_AFTER: z[5],
         kernel_latency.PROMPT: length_quantile(u_len, avg_input_tokens, input_length_cv),
         kernel_latency.PREVIOUS: length_quantile(u_k, avg_input_tokens, input_length_cv),
-        kernel_latency.SLOT_LOG: np.log1p(-u_slot),
+        kernel_latency.SLOT_LOG: np.log1p(-u_slot), kernel_latency.LOG_K: np.log(u_k),
+        kernel_latency.LOG_AHEAD: np.log(u_ahead), kernel_latency.LOG_AFTER: np.log(u_after),
     }  # fmt: skip
     out = np.empty((kernel_latency.POINT_ROWS, u_pos.size))
     for row, values in rows.items():

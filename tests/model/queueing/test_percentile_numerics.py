@@ -9,9 +9,12 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from model import FirstToken
+from model.queueing import kernel_latency
+from model.queueing.kernel_samples import count_at
 from tests.model.queueing.analyze_cases import VARIANTS, cases
 from tests.model.queueing.percentile_cases import BASELINE_PATH, run_quantiles, run_sizing
 
@@ -57,3 +60,16 @@ def test_the_recording_covers_binding_percentiles_means_and_infeasibility() -> N
     rows = [v for c in RECORDED["cases"] for row in c["quantile_rows"] for v in row]
     assert any(math.isinf(v) for v in rows) and any(math.isfinite(v) for v in rows)
     assert {c["first_token"] for c in RECORDED["cases"]} == {f.value for f in FirstToken}
+
+
+def test_the_zero_count_shortcut_agrees_with_the_term_by_term_count() -> None:
+    # Near exp(-mean) = u the exp's and the log's last bits decide: the shortcut must leave
+    # those points to the term-by-term count (with its margin on the wrong side of log u it
+    # calls counts of 1 zero, within 1e-9 relative of the boundary).
+    levels = np.random.default_rng(5).uniform(1e-12, 1.0 - 1e-12, 3000)
+    logs = np.log(levels)
+    for step in (-1e-9, -4e-16, -1e-16, 0.0, 1e-16, 4e-16, 1e-10, 1e-9):
+        for u, log_u in zip(levels, logs, strict=True):
+            mean = max(-log_u * (1.0 + step), 0.0)
+            got = kernel_latency._poisson(mean, u, log_u, 0.0)
+            assert got == count_at(mean, u, 0.0, kernel_latency.NORMAL_ABOVE), (mean, u)
