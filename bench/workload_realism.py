@@ -15,16 +15,17 @@ emulator exposes, 1-2-5 buckets with exact sum and count, read by `length_cv`; t
 from the sampler's index of dispersion of the first-token counter over 30 s windows; the hit
 ratio as vLLM's counters give it). Capacity uses the measured ones.
 
-First-token convention: the model's (Table I's fit): the first token costs one decode iteration
-after the last prefill chunk. The simulator emits it with the last chunk, so its TTFT is shifted
-to that convention by each request's own mean inter-token gap (the iteration that follows).
+First-token convention: the simulator's (vLLM's), the first token with the last prefill chunk;
+the models give theirs in it (Analysis.ttft_with_last_chunk_ms; max_rate_for_slo(first_token=
+WITH_LAST_CHUNK)). The simulator used to be shifted by each request's mean gap instead, which
+carries other prompts' chunks (22 ms at 4096/256 load 0.7 against a 13 ms decode iteration).
 
 Errors are (model - sim) / sim of the mean TTFT over the measured requests (requests arriving in
 a warm-up and a cool-down of twice the paper model's response time are not measured). A rate
 the model calls unstable is +inf; a simulated run whose backlog grows is marked unstable too.
 Capacity: the TTFT target is twice the shape's light-load TTFT (the refined model with the
-workload's inputs at rate 0); the simulator's capacity is the largest rate on a grid of 2.5 %
-of the saturation rate whose simulated mean TTFT meets it; the model's is `max_rate_for_slo`.
+workload's inputs at rate 0); the model's capacity is `max_rate_for_slo`, the simulator's the
+largest rate on a grid 2.5 % apart whose simulated mean TTFT meets it (`capacity`).
 
 Writes bench/results/workload_realism.json and .png.
 Run: .venv/bin/python bench/workload_realism.py [--quick] [--requests N]
@@ -35,22 +36,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
-from exporter.emulation.emulator_metrics import length_histogram
-from exporter.reading.arrival_sampler import SAMPLE_PERIOD_S, index_of_dispersion
-from model import PAPER_MODEL, Workload, analyze, max_rate_for_slo
-from model.calibration.histogram import length_cv
+from model import PAPER_MODEL, FirstToken, Workload, analyze, max_rate_for_slo
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 from model.simulation.modulation import modulated_profile
-from model.simulation.simulator import SimResult, Simulator
+from model.simulation.simulator import Simulator
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, RequestTrace, draw_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.realism_readings import cv_of, dispersion_cv, grew, histogram_cv  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LLAMA = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)  # Table I
@@ -58,14 +59,14 @@ SERVER = ServerConfig(max_batch_size=256, max_num_batched_tokens=8192)
 SHAPES = ((1024, 512), (128, 2048), (4096, 256))
 LOADS = (0.3, 0.5, 0.7)
 NEAR_SATURATION = 0.85
-GRID_STEP = 0.025  # of the saturation rate, for the simulator's capacity
+GRID_STEP = 0.025  # relative step between rates of the simulator's capacity grid
+COARSE_STEPS = 8  # grid steps per stride of the downward search
+MIN_LOAD = 0.005  # of the saturation rate: below it the simulator's capacity is taken as 0
 SEED = 17017
 TWO_RATE_RATIO = 4.0  # high / low rate of the modulated process
 TWO_RATE_PERIOD_S = 30.0  # mean hold at each rate
-# A run whose last tenth of arrivals waits this many times longer than the first tenth: the
-# backlog grew through the run (no steady state).
-GROWTH_FACTOR = 3.0
-WINDOW_S = 30.0  # a collector window for the arrival sampler's reading
+# The convention of every TTFT compared here, means and capacities alike (module docstring).
+FIRST_TOKEN = "first token with the last prefill chunk (simulator; model ttft_with_last_chunk_ms)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,7 @@ class Run:
     measured: int
     sim_stable: bool
     sim_ttft_ms: float
+    sim_gap_ms: float  # the mean inter-token gap of the measured requests
     input_cv: float
     output_cv: float
     arrival_cv: float
@@ -140,60 +142,34 @@ def draw(law: Law, n: int, m: int, rate: float, duration_s: float, seed: int) ->
                       prefix_hit_share=law.prefix_hit_share)
 
 
-def cv_of(values: np.ndarray) -> float:
-    return float(np.std(values) / np.mean(values))
-
-
 def options_for(input_cv: float, output_cv: float, arrival_cv: float, hit: float) -> ModelOptions:
     return replace(DEFAULT_MODEL, input_length_cv=input_cv, output_length_cv=output_cv,
                    arrival_cv=arrival_cv, prefix_hit_ratio=hit)
 
 
-def histogram_cv(tokens: np.ndarray) -> float:
-    """The length CV the collector reads from vLLM's token histogram (1-2-5 buckets as the
-    emulator exposes them, exact sum and count) of these requests."""
-    cv = length_cv(length_histogram(tokens, DEFAULT_MAX_MODEL_LEN))
-    return math.nan if cv is None else cv
-
-
-def dispersion_cv(first_token_s: np.ndarray, start_s: float, end_s: float) -> float:
-    """The arrival CV the sidecar sampler reads: the index of dispersion of the per-request
-    counter (it ticks at each first token) over 1 s bins, per WINDOW_S window, averaged over
-    the windows weighted by their requests (as the traffic tracker smooths it); its root."""
-    edges = np.arange(start_s, end_s + SAMPLE_PERIOD_S / 2, SAMPLE_PERIOD_S)
-    counts = np.histogram(first_token_s, bins=edges)[0].astype(np.float64)
-    per = int(WINDOW_S / SAMPLE_PERIOD_S)
-    found = [(index_of_dispersion(counts[k:k + per]), counts[k:k + per].sum())
-             for k in range(0, counts.size - per + 1, per)]
-    pairs = [(i, w) for i, w in found if i is not None and w > 0]
-    if not pairs:
-        return math.nan
-    index = sum(i * w for i, w in pairs) / sum(w for _, w in pairs)
-    return math.sqrt(index)
-
-
-def grew(res: SimResult, keep: np.ndarray) -> bool:
-    """The backlog grew through the run: late arrivals wait far longer than early ones."""
-    waits = res.ttft_ms[keep]
-    tenth = max(waits.size // 10, 1)
-    early, late = np.nanmean(waits[:tenth]), waits[-tenth:]
-    return bool(np.isnan(late).mean() > 0.5 or np.nanmean(late) > GROWTH_FACTOR * early + 1e3)
+def window(n: int, m: int, rate: float, requests: int) -> tuple[float, float]:
+    """The warm-up (and cool-down) and the measured span of a run at `rate` (s)."""
+    sat = saturation_rps(n, m)
+    light = analyze(LLAMA, SERVER, Workload(n, m), min(rate / sat, 0.95) * sat,
+                    options=PAPER_MODEL)
+    return 2.0 * float(light.avg_response_ms) / 1000.0, requests / rate
 
 
 def simulate(law: Law, n: int, m: int, load: float, requests: int, seed: int) -> Run:
-    workload = Workload(n, m)
     rate = load * saturation_rps(n, m)
-    light = analyze(LLAMA, SERVER, workload, min(load, 0.95) * saturation_rps(n, m),
-                    options=PAPER_MODEL)
-    margin_s = 2.0 * float(light.avg_response_ms) / 1000.0
-    span_s = requests / rate
+    margin_s, span_s = window(n, m, rate, requests)
     trace = draw(law, n, m, rate, 2 * margin_s + span_s, seed)
+    return replay(law, n, m, load, trace, margin_s, span_s)
+
+
+def replay(law: Law, n: int, m: int, load: float, trace: RequestTrace, margin_s: float,
+           span_s: float) -> Run:
+    """Simulate the trace; the models at the requests arriving in (margin, margin + span]."""
+    rate = load * saturation_rps(n, m)
     sim = Simulator(LLAMA, SERVER)
     sim.add_requests(trace)
     res = sim.run(until_s=2 * margin_s + span_s + 3600.0)
     keep = (res.arrival_s > margin_s) & (res.arrival_s <= margin_s + span_s)
-    gap = np.where(np.isnan(res.itl_ms), np.nanmean(res.itl_ms), res.itl_ms)
-    ttft = res.ttft_ms + gap  # the model's convention: one decode iteration after the chunk
     stable = not grew(res, keep)
     seen = Workload(float(res.input_tokens[keep].mean()), float(res.output_tokens[keep].mean()))
     input_cv, output_cv = cv_of(res.input_tokens[keep]), cv_of(res.output_tokens[keep])
@@ -208,11 +184,12 @@ def simulate(law: Law, n: int, m: int, load: float, requests: int, seed: int) ->
     measured = options_for(m_in, m_out, m_arr, hit)
 
     def model(options: ModelOptions) -> float:
-        return float(analyze(LLAMA, SERVER, seen, rate, options=options).ttft_ms)
+        return float(analyze(LLAMA, SERVER, seen, rate, options=options).ttft_with_last_chunk_ms)
 
     return Run(law=law.name, input_tokens=n, output_tokens=m, load=load, rate_rps=rate,
                measured=int(keep.sum()), sim_stable=stable,
-               sim_ttft_ms=float(np.nanmean(ttft[keep])) if stable else math.inf,
+               sim_ttft_ms=float(np.nanmean(res.ttft_ms[keep])) if stable else math.inf,
+               sim_gap_ms=float(np.nanmean(res.itl_ms[keep])),
                input_cv=input_cv, output_cv=output_cv, arrival_cv=arrival_cv,
                measured_input_cv=m_in, measured_output_cv=m_out, measured_arrival_cv=m_arr,
                prefix_hit_ratio=hit,
@@ -220,29 +197,69 @@ def simulate(law: Law, n: int, m: int, load: float, requests: int, seed: int) ->
                refined_ttft_ms=model(refined), measured_ttft_ms=model(measured))
 
 
-def capacity(law: Law, n: int, m: int, options: ModelOptions, requests: int) -> dict[str, float]:
-    """The model's and the simulator's largest rate meeting twice the light-load TTFT."""
-    workload = Workload(n, m)
-    sat = saturation_rps(n, m)
-    target = 2.0 * float(analyze(LLAMA, SERVER, workload, 0.0, options=options).ttft_ms)
-    model_rate = max_rate_for_slo(LLAMA, SERVER, workload, ttft_ms=target,
-                                  options=options).rate_rps
+def light_target(workload: Workload, options: ModelOptions) -> float:
+    """Twice the light-load TTFT (ms)."""
+    return 2.0 * float(analyze(LLAMA, SERVER, workload, 0.0, options=options)
+                       .ttft_with_last_chunk_ms)
 
-    def meets(step: int) -> bool:
-        run = simulate(law, n, m, step * GRID_STEP, requests, SEED + step)
+
+def model_rate(workload: Workload, options: ModelOptions, target_ms: float) -> float:
+    return max_rate_for_slo(LLAMA, SERVER, workload, ttft_ms=target_ms, options=options,
+                            first_token=FirstToken.WITH_LAST_CHUNK).rate_rps
+
+
+def capacity(law: Law, n: int, m: int, options: ModelOptions, requests: int,
+             seed: int) -> dict[str, float]:
+    """The model's and the simulator's largest rate meeting twice the light-load TTFT. One
+    trace drawn at the model's capacity for `options` is replayed time-scaled at rates 2.5 %
+    apart (a fresh draw of a CV 2 law moved the TTFT by up to 30 %, more than a step), the
+    model fed what the daemon reads while that trace is served at the first rate."""
+    workload = Workload(n, m)
+    anchor = model_rate(workload, options, light_target(workload, options))
+    margin_s, span_s = window(n, m, anchor, requests)
+    base = draw(law, n, m, anchor, 2 * margin_s + span_s, seed)
+
+    def run_at(k: int) -> Run:
+        scale = (1.0 + GRID_STEP) ** k  # the rate over the anchor's; times shrink by it
+        trace = replace(base, arrival_s=base.arrival_s / scale)
+        load = anchor * scale / saturation_rps(n, m)
+        return replay(law, n, m, load, trace, margin_s / scale, span_s / scale)
+
+    first = run_at(0)
+    served = options_for(first.measured_input_cv, first.measured_output_cv,
+                         first.measured_arrival_cv, first.prefix_hit_ratio)
+    target = light_target(workload, served)
+    rate = model_rate(workload, served, target)
+    # Beside it, the model fed the true CVs of the same requests: a miss this closes is the
+    # measurement's, not the model's.
+    true_rate = model_rate(workload, options_for(first.input_cv, first.output_cv,
+                                                 first.arrival_cv, law.prefix_hit_share), target)
+
+    def meets(k: int) -> bool:
+        run = first if k == 0 else run_at(k)
         return run.sim_stable and run.sim_ttft_ms <= target
 
-    step = max(int(model_rate / sat / GRID_STEP), 1)
-    if meets(step):
-        while step * GRID_STEP < 1.2 and meets(step + 1):
-            step += 1
+    top = math.log(1.2 * saturation_rps(n, m) / anchor) / math.log(1.0 + GRID_STEP)
+    k, found = 0, True
+    if meets(0):
+        while k + 1 <= top and meets(k + 1):
+            k += 1
     else:
-        while step > 1 and not meets(step - 1):
-            step -= 1
-        step -= 1
-    sim_rate = step * GRID_STEP * sat
-    return {"target_ttft_ms": target, "model_rps": model_rate, "sim_rps": sim_rate,
-            "error": (model_rate - sim_rate) / sim_rate if sim_rate > 0 else math.inf}
+        # Down in strides of 8 steps (x0.82) to a rate that meets the target, then up again.
+        while not meets(k):
+            k -= COARSE_STEPS
+            if anchor * (1.0 + GRID_STEP) ** k < MIN_LOAD * saturation_rps(n, m):
+                found = False
+                break
+        while found and k + 1 < 0 and meets(k + 1):
+            k += 1
+    sim_rate = anchor * (1.0 + GRID_STEP) ** k if found else 0.0
+    return {"target_ttft_ms": target, "model_rps": rate, "sim_rps": sim_rate,
+            "error": (rate - sim_rate) / sim_rate if sim_rate > 0 else math.inf,
+            "model_true_cvs_rps": true_rate,
+            "error_true_cvs": (true_rate - sim_rate) / sim_rate if sim_rate > 0 else math.inf,
+            "input_cv": first.measured_input_cv, "output_cv": first.measured_output_cv,
+            "arrival_cv": first.measured_arrival_cv}
 
 
 def median_abs(values: list[float]) -> float:
@@ -293,8 +310,8 @@ def plot(runs: list[Run], path: Path) -> None:
     for bound in (-10, 10):
         ax.axhline(bound, color="grey", ls=":", lw=0.8)
     ax.set_ylabel("median mean-TTFT error, % (3 shapes x loads 0.3-0.7)")
-    ax.set_title("Model vs simulator by workload (Table I Llama; first token after one decode "
-                 "iteration)")
+    ax.set_title("Model vs simulator by workload (Table I Llama; first token with the last "
+                 "prefill chunk)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -331,11 +348,14 @@ def main() -> None:
                 last = runs[-1]
                 opts = options_for(last.measured_input_cv, last.measured_output_cv,
                                    last.measured_arrival_cv, last.prefix_hit_ratio)
-                cap = capacity(law, n, m, opts, requests)
+                cap = capacity(law, n, m, opts, requests, SEED + 100 * k + 50)
                 caps.append({"law": law.name, "input_tokens": n, "output_tokens": m, **cap})
                 print(f"{law.name:15s} {n:5d}/{m:<5d} capacity at {cap['target_ttft_ms']:.0f} ms:"
                       f" model {cap['model_rps']:.2f}  sim {cap['sim_rps']:.2f} req/s "
-                      f"({fmt(cap['error'])} %)", flush=True)
+                      f"({fmt(cap['error'])} %; with the true CVs {fmt(cap['error_true_cvs'])} %;"
+                      f" CVs in/out/arr {cap['input_cv']:.2f}/"
+                      f"{cap['output_cv']:.2f}/{cap['arrival_cv']:.2f}; {FIRST_TOKEN})",
+                      flush=True)
     summary = summarise(runs)
     for name, row in summary.items():
         print(f"median |error| {name:15s} " + "  ".join(
@@ -351,7 +371,7 @@ def main() -> None:
         "requests": requests, "seed": SEED,
         "cvs": "refined: true (of the drawn requests); measured: token histograms (1-2-5 "
         "buckets, exact sum and count) and the sampler's index of dispersion (30 s windows)",
-        "first_token": "after_decode_iteration (simulator TTFT + the request's mean gap)",
+        "first_token": FIRST_TOKEN,
         "median_abs_error": summary, "capacity": caps, "runs": [asdict(r) for r in runs],
         "wall_s": wall_s,
     }

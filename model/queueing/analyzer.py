@@ -50,6 +50,9 @@ class Analysis:
     offered_rate_rps: Value
     throughput_rps: Value
     ttft_ms: Value
+    # The TTFT when the first token leaves with the last prefill chunk (vLLM's scheduler, the
+    # simulator; FirstToken.WITH_LAST_CHUNK): ttft_ms without its first-token iteration.
+    ttft_with_last_chunk_ms: Value
     itl_ms: Value
     avg_wait_ms: Value
     avg_prefill_ms: Value
@@ -130,6 +133,7 @@ def analyze_points(
 _FIELD_ROWS = {
     "throughput_rps": kernel_mean.THROUGHPUT,
     "ttft_ms": kernel_mean.TTFT,
+    "ttft_with_last_chunk_ms": kernel_mean.TTFT_CHUNK,
     "itl_ms": kernel_mean.ITL,
     "avg_wait_ms": kernel_mean.WAIT,
     "avg_prefill_ms": kernel_mean.PREFILL,

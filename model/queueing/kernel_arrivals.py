@@ -103,3 +103,27 @@ def bursty_delay_probs(utilization: FloatArray, arrival_scv: float) -> FloatArra
     for j in range(utilization.shape[0]):
         out[j] = bursty_delay_prob(utilization[j], arrival_scv)
     return out
+
+
+@compiled
+def wait_quantile(delay_prob: float, tail_ms: float, stable: bool, level: float) -> float:
+    """The prefill-work wait (ms) at probability level u in [0, 1): 0 up to 1 - P(W > 0), the
+    exponential tail of mean E[W | W > 0] beyond; +inf when the queue is unstable."""
+    if not stable:
+        return np.inf
+    if not level > 1.0 - delay_prob:
+        return 0.0
+    above = max(1.0 - level, 1e-300) / max(delay_prob, 1e-300)
+    return float(-tail_ms * np.log(min(above, 1.0)))
+
+
+@compiled
+def wait_quantiles(
+    delay_prob: FloatArray, tail_ms: FloatArray, stable: NDArray[np.bool_], levels: FloatArray
+) -> FloatArray:
+    """`wait_quantile` for each rate (rows, 1-D arrays) at each level (columns)."""
+    out = np.empty((delay_prob.shape[0], levels.shape[0]))
+    for r in range(delay_prob.shape[0]):
+        for j in range(levels.shape[0]):
+            out[r, j] = wait_quantile(delay_prob[r], tail_ms[r], stable[r], levels[j])
+    return out

@@ -32,9 +32,10 @@ from model.queueing.kernel_table import (
 FloatArray = NDArray[np.float64]
 
 # Outputs per rate (rows of `evaluate`'s result), in Analysis's field order after the rate.
+# TTFT_CHUNK is TTFT without the first-token iteration (percentiles.FirstToken.WITH_LAST_CHUNK).
 (STABLE, THROUGHPUT, TTFT, ITL, WAIT, PREFILL, SERVICE, RESPONSE, NUM, BATCH, QUEUE, UTIL,
- BUSY, WAIT_PROB, BLOCK, CHUNK_COUNT, MAX_RATE, SATURATION) = range(18)  # fmt: skip
-FIELDS = 18
+ BUSY, WAIT_PROB, BLOCK, CHUNK_COUNT, MAX_RATE, SATURATION, TTFT_CHUNK) = range(19)  # fmt: skip
+FIELDS = 19
 MAX_RATE_FRACTION = 0.999  # MaxRate = 0.999 B / tau(B) (Go `RateRange.Max`). Spec §7.
 # 1 - lambda W_pref is the share of time not spent on arriving prefills; near overload of a
 # finite chain it can reach 0, where the collision terms are capped instead of dividing by 0.
@@ -127,7 +128,9 @@ def _refined(
             bursty, poisson = prefill_wait(lam, work, cv2n, ca2), prefill_wait(lam, work, cv2n, 1.0)
             burst = bursty[0] * bursty[1] - poisson[0] * poisson[1]
         wait = wait * (ca2 + 1.0) / 2.0
-    out[TTFT] = wait + residual + max(ahead, queued) + joined + burst + prefill + (decode_iter + d)
+    # The first token leaves one decode iteration after the last chunk (the fitted convention).
+    out[TTFT_CHUNK] = wait + residual + max(ahead, queued) + joined + burst + prefill
+    out[TTFT] = out[TTFT_CHUNK] + (decode_iter + d)
     out[ITL], out[PREFILL], out[CHUNK_COUNT] = itl, prefill, chunks
 
 
@@ -156,7 +159,7 @@ def rate_outputs(
         # Closed run at concurrency one: the engine is idle at every arrival.
         alpha, d = rows[row, ALPHA], rows[row, W_DEC] / rows[row, OUTPUT]
         prefill_1 = states[row, CHUNKS, 0] * alpha + states[row, W_PREF, 0]
-        out[TTFT], out[ITL] = prefill_1 + alpha + d, alpha + d
+        out[TTFT], out[ITL], out[TTFT_CHUNK] = prefill_1 + alpha + d, alpha + d, prefill_1
         out[PREFILL], out[CHUNK_COUNT] = prefill_1, states[row, CHUNKS, 0]
     elif opts[OPT_REFINED] > 0.0:
         _refined(states, rows, row, big_b, opts, lam, accepted, service, wait, occ,
@@ -169,7 +172,8 @@ def rate_outputs(
         background = max(0.0, rows[row, ALPHA] + (occ - 1.0) * delta)
         prefill = chunks * background + states[row, W_PREF, col]
         itl = (service - prefill) / rows[row, OUTPUT]
-        out[TTFT], out[ITL] = wait + prefill + itl, itl
+        out[TTFT_CHUNK] = wait + prefill
+        out[TTFT], out[ITL] = out[TTFT_CHUNK] + itl, itl
         out[PREFILL], out[CHUNK_COUNT] = prefill, chunks
     out[STABLE] = 1.0 if stable else 0.0
     out[THROUGHPUT] = accepted * 1000.0
@@ -181,7 +185,7 @@ def rate_outputs(
     out[MAX_RATE] = sat * (MAX_RATE_FRACTION * 1000.0)
     out[SATURATION] = sat * 1000.0
     if not stable:  # means that grow without bound
-        for k in (TTFT, ITL, WAIT, PREFILL, RESPONSE, NUM, QUEUE):
+        for k in (TTFT, TTFT_CHUNK, ITL, WAIT, PREFILL, RESPONSE, NUM, QUEUE):
             out[k] = np.inf
         out[SERVICE] = tau_b
     return filled

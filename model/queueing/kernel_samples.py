@@ -1,5 +1,6 @@
-"""Compiled inner loops of the percentile assembly (model/queueing/latency_samples.py): the
-Poisson inverse CDF of small counts and the occupancy drawn at each probability level. Each
+"""Compiled inner loops of the percentile assembly (model/queueing/latency_samples.py): Poisson
+counts at a probability level (inverse CDF of small counts, the Normal approximation of large
+ones) and the occupancy drawn at each probability level. Each
 computes, operation for operation, what the numpy code beside it did, one element at a time
 instead of one pass over the whole array per step."""
 
@@ -17,28 +18,40 @@ MAX_COUNT = 201  # the count's cap, reached only for u within rounding of 1
 
 
 @compiled
-def poisson_counts(mean: FloatArray, level: FloatArray, largest: float) -> FloatArray:
-    """Per element: the number of k with P(K <= k) < level for K ~ Poisson(mean), the CDF
-    summed term by term from k = 0 (at most MAX_COUNT); 0 where mean > largest (or NaN), left
-    to the caller."""
-    out = np.empty(mean.shape[0])
-    for j in range(mean.shape[0]):
-        m, u = mean[j], level[j]
-        if not m <= largest:
-            out[j] = 0.0
-            continue
-        pmf = math.exp(-m)
-        cdf = pmf
-        k = 0.0
-        for step in range(1, MAX_COUNT + 1):
-            if not cdf < u:
-                break
-            k += 1.0
-            pmf = pmf * m
-            pmf = pmf / step
-            cdf = cdf + pmf
-        out[j] = k
-    return out
+def poisson_count(mean: float, level: float) -> float:
+    """The number of k with P(K <= k) < level for K ~ Poisson(mean), the CDF summed term by
+    term from k = 0 (at most MAX_COUNT)."""
+    pmf = math.exp(-mean)
+    cdf = pmf
+    k = 0.0
+    for step in range(1, MAX_COUNT + 1):
+        if not cdf < level:
+            break
+        k += 1.0
+        pmf = pmf * mean
+        pmf = pmf / step
+        cdf = cdf + pmf
+    return k
+
+
+@compiled
+def normal_count(mean: float, z: float) -> float:
+    """The Normal approximation of a Poisson(mean) count at standard Normal level z, rounded to
+    the nearest integer and floored at 0 (NaN stays NaN, as numpy's maximum keeps it)."""
+    count = np.floor(mean + np.sqrt(mean) * z + 0.5)
+    return count if (count != count or count >= 0.0) else 0.0
+
+
+@compiled
+def count_at(mean: float, level: float, z: float, largest: float) -> float:
+    """A Poisson(mean) count at probability level u (z = the standard Normal quantile of u):
+    by inverse CDF up to a mean of `largest`, by the Normal approximation beyond; 0 for a NaN
+    mean."""
+    if mean <= largest:
+        return poisson_count(mean, level)
+    if mean > largest:
+        return normal_count(mean, z)
+    return 0.0
 
 
 @compiled

@@ -38,19 +38,19 @@ points (see itl_token_samples).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.special import ndtri
 
-from model.queueing import kernel_mean
+from model.queueing import kernel_latency, kernel_mean
 from model.queueing.chain import StateTable, evaluate
 from model.queueing.occupancy import arrival_pmf, inverse_cdf, time_average_pmf
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.prefill_queue import PrefillWait, prefill_work_queue, prompt_service_ms
 from model.queueing.sample_points import (
-    count_quantile,
     gamma_quantile,
     length_quantile,
     normal_points,
@@ -58,7 +58,7 @@ from model.queueing.sample_points import (
 )
 
 FloatArray = NDArray[np.float64]
-_MAX_PREFILL_SHARE = 0.999  # the decode share 1 - rho of time never falls below this complement
+_MAX_PREFILL_SHARE = kernel_latency.MAX_PREFILL_SHARE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,13 +91,28 @@ class Setting:
         out: FloatArray = self.table.alpha_ms + decoding * self.decode_ms
         return out
 
+    def head(self, count: int) -> Setting:
+        """The setting at the first `count` rates: each rate's values are its own (every metric
+        is computed rate by rate), so a search can stop evaluating past a missed target."""
+        q = self.queue
+        return replace(
+            self, lam=self.lam[:count], stable=self.stable[:count],
+            service_ms=self.service_ms[:count], occupancy=self.occupancy[:count],
+            seen_pmf=self.seen_pmf[:count], time_pmf=self.time_pmf[:count],
+            queue=PrefillWait(utilization=q.utilization[:count], delay_prob=q.delay_prob[:count],
+                              tail_ms=q.tail_ms[:count]),
+        )  # fmt: skip
+
 
 def prefill_work_ms(
     params: ServiceParams, kappa: float, n: FloatArray, chunks: FloatArray
 ) -> FloatArray:
-    """W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (ms)."""
-    beta, gamma = params.beta_ms, params.gamma_ms
-    out: FloatArray = beta * n + gamma * n * (chunks + 1.0) / 2.0 + beta * kappa * n * n / 2.0
+    """W_pref(n, c) = beta n + gamma n (c + 1) / 2 + beta kappa n^2 / 2 (ms), per element of
+    1-D arrays (kernel_latency.prefill_work)."""
+    out: FloatArray = kernel_latency.prefill_works(
+        params.beta_ms, params.gamma_ms, kappa, np.ascontiguousarray(n, dtype=np.float64),
+        np.ascontiguousarray(chunks, dtype=np.float64),
+    )  # fmt: skip
     return out
 
 
@@ -165,82 +180,59 @@ def setting(
     )
 
 
-def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
-    """TTFT (ms) at each sample point, shape (rates, points)."""
+@lru_cache(maxsize=64)
+def _ttft_points(avg_input_tokens: float, input_length_cv: float) -> FloatArray:
+    """Per sample point, what TTFT needs of it beside the rate (kernel_latency.POINT_ROWS rows):
+    the unit levels, the Normal quantiles and logs of the count levels, the prompt's length and
+    the previous prompt's (constant-rate arrivals), and log(1 - u) of the slot wait. The same at
+    every rate, built once per workload."""
     _, u_pos, u_k, u_bias, u_ahead, u_after, u_wait, u_len, u_slot, u_kind = unit_points(10)
-    table = s.table
-    big_b = table.max_batch_size
-    n_bar = max(s.workload.avg_input_tokens, 1.0)
-    per_token = s.prefill_mean_ms / n_bar  # prefill work per prompt token (ms)
-    poisson = u_kind < min(s.arrival_scv, 1.0)
-    # Every point Poisson (arrival CV >= 1): the constant-rate branches are left out.
-    arrivals: bool | NDArray[np.bool_] = True if poisson.all() else poisson
-    lam = s.lam[:, np.newaxis]
-    i = inverse_cdf(s.seen_pmf, 10, 0)
-    x = _decoding_states(big_b)[i]
-    d_iter = s.decode_iteration_ms(x)
-    room = np.maximum(s.budget - x, 1.0)
-    # The iteration in progress (engine busy): D(x) plus the prompts admitted at its start,
-    # K of them, length-biased: Poisson(mu) with weight D / (D + mu P), 1 + Poisson(mu) else.
-    share = np.minimum(lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
-    mu = lam * d_iter / (1.0 - share)
-    biased = u_bias < mu * s.prefill_mean_ms / (d_iter + mu * s.prefill_mean_ms)
-    k = count_quantile(mu, u_k, True) + biased
-    if arrivals is not True:
-        # Constant-rate arrivals: floor(mu) prompts, one more with probability frac(mu), unbiased.
-        k = np.where(poisson, k, np.floor(mu + u_k))
-    content = np.minimum(k * n_bar, room) * per_token
-    busy = i >= 1
-    in_progress = np.where(busy, d_iter + content, 0.0)
-    # Arrivals during its elapsed part are ahead of the request, later ones may join it.
-    ahead = count_quantile(lam * (1.0 - u_pos) * in_progress, u_ahead, arrivals)
-    after = count_quantile(lam * u_pos * in_progress, u_after, arrivals)
-    n = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
-    ahead_tokens = np.minimum(ahead * n_bar, room)
-    queued = s.queue.quantile_ms(u_wait)
-    residual = u_pos * np.where(busy, d_iter, 0.0)
-    wait = residual + np.maximum(queued, u_pos * np.where(busy, content, 0.0)
-                                 + ahead_tokens * per_token)
-    if arrivals is not True:
-        # A constant-rate arrival at light load (mu < 1) comes 1/lambda after the previous one,
-        # which waited U' D for its own prefill iteration D + W_pref(n'): it waits out what is
-        # left of that iteration, or of a decode iteration. From mu = 1 on, the longer of this
-        # and the batch view above, so that the wait only grows with the rate.
-        prev = prefill_work_ms(s.params, s.kappa, np.minimum(
-            length_quantile(u_k, s.workload.avg_input_tokens, table.options.input_length_cv), room
-        ), np.ones_like(room))
-        left = np.where(busy, u_bias * d_iter + d_iter + prev - 1.0 / np.maximum(lam, 1e-300), 0.0)
-        steady_wait = np.maximum(left, residual) + np.maximum(queued, ahead_tokens * per_token)
-        wait = np.where(poisson, wait,
-                        np.where(mu < 1.0, steady_wait, np.maximum(wait, steady_wait)))
-    # At least the chunks the budget forces; a mean-size prompt takes the chain's c(x + 1) (spec
-    # §3: the budget must also hold the others' mean prefill load), scaled with its length.
-    table_chunks = table.chunks[0, np.minimum(x, big_b - 1).astype(np.intp)]
-    chunks = np.maximum(np.ceil(n / room), np.floor(table_chunks * n / n_bar + 1e-9))
-    chunks = np.maximum(chunks, 1.0)
-    own = chunks * d_iter + prefill_work_ms(s.params, s.kappa, n, chunks)
-    joined = np.minimum(after * n_bar, np.maximum(room - n - ahead_tokens, 0.0)) * per_token
-    ttft = _slot_wait(s, i, u_slot) + wait + own + joined
-    if after_decode_iteration:
-        ttft = ttft + d_iter + s.decode_ms
-    out: FloatArray = np.where(s.stable[:, np.newaxis], ttft, np.inf)
+    z = normal_points(10)
+    rows = {
+        kernel_latency.U_POS: u_pos, kernel_latency.U_K: u_k, kernel_latency.U_BIAS: u_bias,
+        kernel_latency.U_AHEAD: u_ahead, kernel_latency.U_AFTER: u_after,
+        kernel_latency.U_WAIT: u_wait, kernel_latency.U_KIND: u_kind,
+        kernel_latency.Z_K: z[2], kernel_latency.Z_AHEAD: z[4], kernel_latency.Z_AFTER: z[5],
+        kernel_latency.PROMPT: length_quantile(u_len, avg_input_tokens, input_length_cv),
+        kernel_latency.PREVIOUS: length_quantile(u_k, avg_input_tokens, input_length_cv),
+        kernel_latency.SLOT_LOG: np.log1p(-u_slot), kernel_latency.LOG_K: np.log(u_k),
+        kernel_latency.LOG_AHEAD: np.log(u_ahead), kernel_latency.LOG_AFTER: np.log(u_after),
+    }  # fmt: skip
+    out = np.empty((kernel_latency.POINT_ROWS, u_pos.size))
+    for row, values in rows.items():
+        out[row] = values
+    out.flags.writeable = False
     return out
 
 
-def _slot_wait(s: Setting, i: NDArray[np.intp], u: FloatArray) -> FloatArray:
-    """Wait for a batch slot of an arrival that finds i >= B: exponential, mean
+def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
+    """TTFT (ms) at each sample point, shape (rates, points): each point as the module's
+    docstring lays out, evaluated by model/queueing/kernel_latency.py."""
+    table = s.table
+    n_bar = max(s.workload.avg_input_tokens, 1.0)
+    work = np.array([s.params.beta_ms, s.params.gamma_ms, s.kappa, s.prefill_mean_ms,
+                     s.prefill_mean_ms / n_bar])  # prefill work per prompt token (ms)
+    shape = np.array([table.max_batch_size, s.budget, table.alpha_ms, s.decode_ms, n_bar,
+                      min(s.arrival_scv, 1.0), 1.0 if after_decode_iteration else 0.0])
+    rate_values = np.stack([s.queue.delay_prob, s.queue.tail_ms, _slot_wait_mean(s)])
+    out: FloatArray = kernel_latency.ttft_points(
+        inverse_cdf(s.seen_pmf, 10, 0), s.lam, rate_values, s.stable, s.queue.stable,
+        _ttft_points(s.workload.avg_input_tokens, table.options.input_length_cv),
+        table.chunks[0].astype(np.float64), work, shape,
+    )  # fmt: skip
+    return out
+
+
+def _slot_wait_mean(s: Setting) -> FloatArray:
+    """Mean wait (ms) for a batch slot of an arrival that finds i >= B, per rate: exponential,
     (1 + ca2) / 2 / (mu_B - lambda), mu_B = B / tau(B); at most (Q + 1) / mu_B when finite."""
     table = s.table
     mu_b = table.saturation_rate_per_ms[0]
     gap = np.maximum(mu_b - s.lam, 1e-300)
-    mean = (1.0 + s.arrival_scv) / 2.0 / gap
+    mean: FloatArray = (1.0 + s.arrival_scv) / 2.0 / gap
     if table.max_queue_size is not None:
         mean = np.minimum(mean, (table.max_queue_size + 1.0) / mu_b)
-    full = i >= table.max_batch_size
-    with np.errstate(invalid="ignore"):
-        wait = np.where(full, -mean[:, np.newaxis] * np.log1p(-u), 0.0)
-    out: FloatArray = wait
-    return out
+    return mean
 
 
 def _lifetime_variance_share(lifetime_ms: FloatArray, service_ms: FloatArray) -> FloatArray:
@@ -295,6 +287,22 @@ def itl_request_samples(s: Setting) -> FloatArray:
     return out
 
 
+# Rows of `_token_points`: prefill_gaps' levels (K, first prompt's length and arrival kind,
+# n1), then the Normal level of the previous iteration's length T_prev.
+_Z_PREVIOUS = 3
+
+
+@lru_cache(maxsize=64)
+def _token_points(avg_input_tokens: float, input_length_cv: float) -> FloatArray:
+    """Per sample point, what the prefill-carrying gaps need of it beside the rate: the same
+    at every rate, built once per workload."""
+    _, u_pre, u_len, _ = unit_points(4)
+    n1 = length_quantile(u_len, avg_input_tokens, input_length_cv)
+    out = np.ascontiguousarray(np.stack([u_pre, u_len, n1, normal_points(4)[3]]))
+    out.flags.writeable = False
+    return out
+
+
 def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     """Inter-token gaps (ms) and their token shares, shape (rates, B + 1 + points) each.
 
@@ -305,42 +313,33 @@ def itl_token_samples(s: Setting) -> tuple[FloatArray, FloatArray]:
     ceil of lambda E[T]. Tokens come at x per iteration and (1 - rho) / D(x) iterations per ms.
     The decode-only gaps D(x) are exact atoms (one per state), the prefill-carrying ones are
     drawn at the sample points, so a small prefill share is resolved finely."""
-    u_pre, u_len = unit_points(4)[1:3]
     table = s.table
     big_b = table.max_batch_size
     n_bar = max(s.workload.avg_input_tokens, 1.0)
     per_token = s.prefill_mean_ms / n_bar
-    x = np.arange(big_b + 1, dtype=np.float64)[np.newaxis, :]
-    rho = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)[:, np.newaxis]
-    d_state = s.decode_iteration_ms(x)
-    weight = x * s.time_pmf * (1.0 - rho) / d_state
-    weight[:, 1] += 1e-300  # a request alone when no occupancy is resolvable (rate -> 0)
-    mu = s.lam[:, np.newaxis] * d_state / (1.0 - rho)
     poisson = min(s.arrival_scv, 1.0)
-    sparse = mu < 1.0
-    carries = poisson * -np.expm1(-mu) + (1.0 - poisson) * np.where(sparse, mu, 1.0)
-    prefill_weight = weight * carries
-    # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0).
-    xs = inverse_cdf(prefill_weight + 1e-300 * (x == 1), 4, 0).astype(np.float64)
-    # The previous iteration, whose arrivals this one admits, varies in length itself:
+    terms = np.array([table.alpha_ms, s.decode_ms, s.prefill_mean_ms, poisson])
+    decode_only, carrying, drawn = kernel_latency.token_weights(s.time_pmf, s.lam, terms)
+    # Prefill-carrying iterations: state, then K >= 1 by inverse CDF above P(K = 0). The
+    # previous iteration, whose arrivals this one admits, varies in length itself:
     # Var T = lambda E[T] E[W^2] / (1 - (lambda E[W])^2) for T = D + the work of
-    # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance.
-    lam = s.lam[:, np.newaxis]
-    mean_t = s.decode_iteration_ms(xs) / (1.0 - rho)
-    var_t = lam * mean_t * (s.prefill_var_ms2 + s.prefill_mean_ms**2) / (1.0 - rho * rho)
-    mu_s = lam * gamma_quantile(mean_t, var_t, normal_points(4)[3])
+    # Poisson(lambda T_prev) prompts; drawn as a gamma law with that mean and variance
+    # (kernel_latency.previous_iteration; K and the iteration: prefill_gaps).
+    xs = inverse_cdf(drawn, 4, 0)
+    levels = _token_points(s.workload.avg_input_tokens, table.options.input_length_cv)
+    terms = np.array([table.alpha_ms, s.decode_ms, s.prefill_mean_ms,
+                      s.prefill_var_ms2 + s.prefill_mean_ms**2])  # fmt: skip
+    mean_t, var_t = kernel_latency.previous_iteration(xs, s.lam, terms)
+    mu_s = s.lam[:, np.newaxis] * gamma_quantile(mean_t, var_t, levels[_Z_PREVIOUS])
     none = np.exp(-mu_s)
-    k = count_quantile(mu_s, none + u_pre * (1.0 - none), True)
-    if poisson < 1.0:  # some points constant-rate (every u_len < 1: none at arrival CV >= 1)
-        k = np.where(u_len < poisson, k, np.where(mu_s < 1.0, 1.0, np.floor(mu_s + u_pre)))
-    k = np.maximum(k, 1.0)
-    n1 = length_quantile(u_len, s.workload.avg_input_tokens, table.options.input_length_cv)
-    tokens = np.minimum(n1 + (k - 1.0) * n_bar, np.maximum(s.budget - xs, 1.0))
-    values = np.concatenate(
-        [np.broadcast_to(d_state, weight.shape), s.decode_iteration_ms(xs) + tokens * per_token],
-        axis=1,
-    )
-    share = prefill_weight.sum(axis=1, keepdims=True) / xs.shape[1]
-    weights = np.concatenate([weight * (1.0 - carries), np.broadcast_to(share, xs.shape)], axis=1)
-    out: FloatArray = np.where(s.stable[:, np.newaxis], values, np.inf)
-    return out, weights
+    level = none + levels[0] * (1.0 - none)
+    # Counts of large means come from the Normal approximation, at the level's Normal quantile.
+    z = ndtri(level) if (mu_s > kernel_latency.NORMAL_ABOVE).any() else level
+    terms = np.array([table.alpha_ms, s.decode_ms, n_bar, per_token, s.budget, poisson])
+    gaps = kernel_latency.prefill_gaps(xs, mu_s, level, z, s.stable, levels[:_Z_PREVIOUS], terms)
+    states = np.arange(big_b + 1, dtype=np.float64)
+    decode_gaps = np.where(s.stable[:, np.newaxis], s.decode_iteration_ms(states), np.inf)
+    values = np.concatenate([decode_gaps, gaps], axis=1)
+    share = carrying.sum(axis=1, keepdims=True) / xs.shape[1]
+    weights = np.concatenate([decode_only, np.broadcast_to(share, xs.shape)], axis=1)
+    return values, weights

@@ -7,7 +7,9 @@ so attainment falls as the rate rises (exactly so where the chunk count does not
 The search mirrors the mean one (model/queueing/sizing.py): a scan of [lo, hi] for the first
 rate where some target is missed, then the bracket cut in eighths until it is narrower than
 REFINE_REL_WIDTH of its lower end. The rate returned meets every target; the end of its
-bracket, at most 2e-5 above, misses one.
+bracket, at most 2e-5 above, misses one. Each pass evaluates the metric that missed first
+last time at every probe and the others only up to its first miss (the answer is the same:
+every metric is computed rate by rate).
 """
 
 from __future__ import annotations
@@ -105,6 +107,31 @@ class _Probe:
         met = np.asarray((attainment >= quant).all(axis=1), dtype=bool)
         return met
 
+    def first_miss(self, rates_rps: FloatArray, lead: LatencyMetric) -> tuple[int, FloatArray]:
+        """The first of the rising rates at which some target is missed (len(rates) if none)
+        and each target's attainment (columns) at the rates up to it (rows; NaN beyond).
+
+        The same answer as `attainment` at every rate, with less work: each metric is
+        evaluated rate by rate, so once one metric's targets are missed at a rate, the others
+        are evaluated only up to it. `lead` goes first (the metric that missed first last
+        time: the others then stop earliest)."""
+        s = setting(self.params, self.server, self.workload, self.table, rates_rps)
+        metrics = sorted(dict.fromkeys(t.metric for t in self.targets), key=lambda m: m != lead)
+        quant = np.array([t.quantile for t in self.targets])
+        att = np.full((rates_rps.size, len(self.targets)), np.nan)
+        stop = rates_rps.size  # rows evaluated for every metric so far hold the first miss
+        for metric in metrics:
+            found = metric_values(s if stop == rates_rps.size else s.head(stop), (metric,),
+                                  self.first_token)[metric]  # fmt: skip
+            cols = [k for k, t in enumerate(self.targets) if t.metric is metric]
+            for k in cols:
+                att[:stop, k] = share_within(*found, self.targets[k].target_ms)
+            missed = (~(att[:stop, cols] >= quant[cols])).any(axis=1)
+            if missed.any():
+                stop = int(np.argmax(missed)) + 1
+        missed = ~self.met(att[:stop])
+        return (int(np.argmax(missed)) if missed.any() else rates_rps.size), att
+
 
 def attainment_at(
     params: ServiceParams,
@@ -157,11 +184,10 @@ def percentile_crossing(
     probe = _Probe(params, server, workload, table, tuple(targets), first_token)
     quant = np.array([t.quantile for t in probe.targets])
     grid = np.linspace(lo, hi, SCAN_POINTS)
-    att = probe.attainment(grid)
-    missed = ~probe.met(att)
-    if not missed.any():
+    lead = probe.targets[0].metric
+    j, att = probe.first_miss(grid, lead)
+    if j == grid.size:
         return PercentileCrossing(rate_rps=hi, binding=None, attainment=tuple(att[-1]))
-    j = int(np.argmax(missed))
     if j == 0:
         worst = int(np.argmin(att[0] - quant))
         return PercentileCrossing(
@@ -176,10 +202,9 @@ def percentile_crossing(
         rates = rates[(rates > low) & (rates < high)]
         if rates.size == 0:
             break
-        att = probe.attainment(rates)
-        missed = ~probe.met(att)
-        if missed.any():
-            k = int(np.argmax(missed))
+        lead = probe.targets[int(np.argmin(att_high - quant))].metric
+        k, att = probe.first_miss(rates, lead)
+        if k < rates.size:
             high, att_high = float(rates[k]), att[k]
             if k > 0:
                 low, att_low = float(rates[k - 1]), att[k - 1]

@@ -58,14 +58,12 @@ class PrefillWait:
         return mean
 
     def quantile_ms(self, u: FloatArray) -> FloatArray:
-        """W at probability level u in [0, 1) (last axis, broadcast against the rates on the
-        first): 0 up to 1 - P(W > 0), the exponential tail beyond."""
-        p = self.delay_prob[:, np.newaxis]
-        tail = self.tail_ms[:, np.newaxis]
-        above = np.maximum(1.0 - u, 1e-300) / np.maximum(p, 1e-300)
-        with np.errstate(invalid="ignore"):  # inf tail x 0 when the wait is certainly 0
-            wait = np.where(u > 1.0 - p, -tail * np.log(np.minimum(above, 1.0)), 0.0)
-        out: FloatArray = np.where(self.stable[:, np.newaxis], wait, np.inf)
+        """W at each probability level u in [0, 1) (columns) per rate (rows): 0 up to
+        1 - P(W > 0), the exponential tail beyond (kernel_arrivals.wait_quantile)."""
+        levels = np.ascontiguousarray(u, dtype=np.float64)
+        out: FloatArray = kernel_arrivals.wait_quantiles(
+            self.delay_prob, self.tail_ms, self.stable, levels.reshape(-1)
+        ).reshape(self.delay_prob.shape + levels.shape)
         return out
 
 

@@ -15,14 +15,13 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaincinv, ndtri
 
-from model.queueing import kernel_samples
+from model.queueing import kernel_latency
 
 FloatArray = NDArray[np.float64]
 
 POINTS = 1024  # points per metric; p99 rests on the 10 points beyond it
 _SEED = 20261202
 _MAX_UNIFORM_CV = 3.0**-0.5
-_NORMAL_ABOVE = 40.0  # Poisson counts of larger means drawn from the Normal approximation
 
 
 @lru_cache(maxsize=8)
@@ -68,43 +67,8 @@ def length_quantile(u: FloatArray, mean: float, cv: float) -> FloatArray:
 def gamma_quantile(mean: FloatArray, var: FloatArray, z: FloatArray) -> FloatArray:
     """Quantile at level u = Phi(z) of the gamma law with this mean and variance (Wilson-
     Hilferty's cube-root normal approximation, floored at 0; z from `normal_points`); the mean
-    itself where the variance is 0."""
-    positive = (mean > 0.0) & (var > 0.0) & np.isfinite(mean)
-    safe_mean = np.where(positive, mean, 1.0)
-    # mean / var and mean^2 / var without overflow: the shape k = mean^2 / var, kept in
-    # [1e-12, 1e12] (beyond it the law is a point or a spike at 0 for all practical purposes).
-    with np.errstate(over="ignore"):
-        ratio = np.where(positive, safe_mean / np.where(positive, var, 1.0), 1.0)
-        shape = np.clip(ratio * safe_mean, 1e-12, 1e12)
-    c = 1.0 / (9.0 * shape)
-    cube = np.maximum(1.0 - c + z * np.sqrt(c), 0.0) ** 3
-    out: FloatArray = np.where(positive, safe_mean * cube, mean)
+    itself where the variance is 0 (kernel_latency.gamma_base). Arrays broadcast."""
+    full = [np.ascontiguousarray(v, dtype=np.float64) for v in np.broadcast_arrays(mean, var, z)]
+    base = kernel_latency.gamma_bases(*(v.reshape(-1) for v in full)).reshape(full[0].shape)
+    out: FloatArray = full[0] * base**3
     return out
-
-
-def count_quantile(
-    mean: FloatArray, u: FloatArray, poisson: bool | NDArray[np.bool_]
-) -> FloatArray:
-    """Arrivals in a window with this mean count, at level u: Poisson where `poisson`, else the
-    count of a constant-rate stream in a window that starts at an arrival, floor(mean). Float
-    counts."""
-    shape = np.broadcast(mean, u).shape
-    # Both at full shape, contiguous, for the kernel (broadcast by assignment: numpy's
-    # broadcast_to costs more than the copy).
-    full_mean, full_u = np.empty(shape), np.empty(shape)
-    full_mean[...], full_u[...] = mean, u
-    if poisson is not True and not np.any(poisson):
-        return np.floor(full_mean)
-    # Poisson by inverse CDF: the count is the number of k with P(K <= k) < u (at most 201, a
-    # cap only reached for u within rounding of 1), counted up from 0 (compiled, one pass over
-    # every element: model/queueing/kernel_samples.py). A Normal approximation for large means.
-    flat_mean, flat_u = full_mean.reshape(-1), full_u.reshape(-1)
-    counts: FloatArray = kernel_samples.poisson_counts(flat_mean, flat_u, _NORMAL_ABOVE)
-    large = flat_mean > _NORMAL_ABOVE
-    if large.any():
-        with np.errstate(invalid="ignore"):  # an infinite mean stays infinite
-            big = flat_mean[large]
-            normal = np.floor(big + np.sqrt(big) * ndtri(flat_u[large]) + 0.5)
-            counts[large] = np.maximum(normal, 0.0)
-    out: FloatArray = counts.reshape(shape)
-    return out if poisson is True else np.where(poisson, out, np.floor(full_mean))

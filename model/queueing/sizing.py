@@ -114,13 +114,17 @@ class ReplicaPlan:
     capacity: SloCapacity
 
 
-_METRIC_ROWS = {"ttft_ms": kernel_mean.TTFT, "itl_ms": kernel_mean.ITL}
+# The kernel's output row of each target, the TTFT's by its first-token convention.
+_TTFT_ROWS = {
+    FirstToken.AFTER_DECODE_ITERATION: kernel_mean.TTFT,
+    FirstToken.WITH_LAST_CHUNK: kernel_mean.TTFT_CHUNK,
+}
 # kernel_sizing.crossings' search grid.
 _GRID = np.array([SCAN_POINTS, REFINE_POINTS, DENSE_SCAN_POINTS, MAX_TEETH])
 
 
 def _first_crossing(
-    table: StateTable, lo: float, hi: float, targets: dict[str, float]
+    table: StateTable, lo: float, hi: float, targets: dict[str, float], first_token: FirstToken
 ) -> dict[str, float | None]:
     """Per metric: the largest rate in [lo, hi] up to which metric <= target, or None if
     the target is missed already at lo. A scan of [lo, hi] then the bracket of the first
@@ -128,7 +132,8 @@ def _first_crossing(
     target can hide between two scan points: a dense scan below the rate found, and a look
     just below each step (an excursion can be narrower than the dense grid). Compiled, one
     call for every target: model/queueing/kernel_sizing.py."""
-    metrics = np.array([_METRIC_ROWS[name] for name in targets])
+    rows = {"ttft_ms": _TTFT_ROWS[first_token], "itl_ms": kernel_mean.ITL}
+    metrics = np.array([rows[name] for name in targets])
     values = np.array(list(targets.values()), dtype=np.float64)
     rates, feasible = kernel_sizing.crossings(
         table.states, table.row_values, table.kernel_options, metrics, values, lo, hi, _GRID,
@@ -152,17 +157,19 @@ def max_rate_for_slo(
     first_token: FirstToken = FirstToken.AFTER_DECODE_ITERATION,
 ) -> SloCapacity:
     """Largest per-replica rate (req/s) whose mean TTFT and ITL (ms) stay within the given
-    targets and at which every percentile target is attained (model/queueing/percentile_sizing.py;
-    `first_token` is the convention of their TTFT). Without percentile targets this is the
+    targets and at which every percentile target is attained (model/queueing/percentile_sizing.py).
+    `first_token` is the convention of every TTFT target, the mean's (Analysis.ttft_ms or
+    ttft_with_last_chunk_ms) and the percentiles'. Without percentile targets this is the
     mean-only search, unchanged."""
     ttft_target = require_optional_target("ttft_ms", ttft_ms)
     itl_target = require_optional_target("itl_ms", itl_ms)
+    first = FirstToken(first_token)
     table = workload_table(params, server, workload, options=options)
-    capacity = slo_capacity(table, ttft_target, itl_target)
+    capacity = slo_capacity(table, ttft_target, itl_target, first)
     if not percentiles:
         return capacity
     return with_percentiles(
-        capacity, params, server, workload, table, _targets(percentiles), FirstToken(first_token)
+        capacity, params, server, workload, table, _targets(percentiles), first
     )
 
 
@@ -224,7 +231,10 @@ def with_percentiles(
 
 
 def slo_capacity(
-    table: StateTable, ttft_target: float | None, itl_target: float | None
+    table: StateTable,
+    ttft_target: float | None,
+    itl_target: float | None,
+    first_token: FirstToken = FirstToken.AFTER_DECODE_ITERATION,
 ) -> SloCapacity:
     """`max_rate_for_slo` on a precomputed state table (targets already validated)."""
     sat_rps = float(table.saturation_rate_per_ms[0]) * 1000.0
@@ -235,7 +245,7 @@ def slo_capacity(
         for name, value in (("ttft_ms", ttft_target), ("itl_ms", itl_target))
         if value is not None
     }
-    found = _first_crossing(table, lo, hi, targets) if targets else {}
+    found = _first_crossing(table, lo, hi, targets, first_token) if targets else {}
     rate_ttft = found.get("ttft_ms", hi) if "ttft_ms" in targets else hi
     rate_itl = found.get("itl_ms", hi) if "itl_ms" in targets else hi
     if rate_ttft is None or rate_itl is None:
@@ -297,14 +307,14 @@ def replicas_for_slo(
     itl_target = require_optional_target("itl_ms", itl_ms)
     low = require_int_at_least("min_replicas", min_replicas, 1)
     high = None if max_replicas is None else require_int_at_least("max_replicas", max_replicas, low)
+    first = FirstToken(first_token)
     table = workload_table(params, server, workload, options=options)
-    capacity = slo_capacity(table, ttft_target, itl_target)
+    capacity = slo_capacity(table, ttft_target, itl_target, first)
     if percentiles:
         capacity = with_percentiles(
-            capacity, params, server, workload, table, _targets(percentiles),
-            FirstToken(first_token),
+            capacity, params, server, workload, table, _targets(percentiles), first
         )
-    return plan_replicas(table, capacity, total, low, high)
+    return plan_replicas(table, capacity, total, low, high, first)
 
 
 def plan_replicas(
@@ -313,8 +323,10 @@ def plan_replicas(
     total_rate_rps: float,
     min_replicas: int,
     max_replicas: int | None,
+    first_token: FirstToken = FirstToken.AFTER_DECODE_ITERATION,
 ) -> ReplicaPlan:
-    """`replicas_for_slo` given a replica's SLO capacity (inputs already validated)."""
+    """`replicas_for_slo` given a replica's SLO capacity (inputs already validated); the
+    predicted TTFT in the `first_token` convention."""
     if not capacity.feasible:
         return ReplicaPlan(
             feasible=False,
@@ -340,7 +352,9 @@ def plan_replicas(
         replicas=needed,
         total_rate_rps=total_rate_rps,
         per_replica_rate_rps=per_replica,
-        ttft_ms=at_count.ttft_ms,
+        ttft_ms=at_count.ttft_ms
+        if first_token is FirstToken.AFTER_DECODE_ITERATION
+        else at_count.ttft_with_last_chunk_ms,
         itl_ms=at_count.itl_ms,
         capacity=capacity,
     )
