@@ -148,9 +148,10 @@ def length_cv(hist: WindowHistogram, *, floor: float = 1.0) -> float | None:
         return None
     lows, highs = _bucket_edges(hist.bounds, floor)
     finite = hist.counts[:-1]
-    slopes = _log_density_slopes(lows, highs, finite)
-    first = float(np.dot(finite, _log_linear_moment(lows, highs, slopes, 1)))
-    second = float(np.dot(finite, _log_linear_moment(lows, highs, slopes, 2)))
+    a, width = _log_edges(lows, highs)
+    slopes = _log_density_slopes(a, width, finite)
+    first = float(np.dot(finite, _log_linear_moment(a, width, highs, slopes, 1)))
+    second = float(np.dot(finite, _log_linear_moment(a, width, highs, slopes, 2)))
     top = float(hist.counts[-1])
     if top > 0:
         # The open top bucket holds the mean the exact sum leaves for it (at least its lower
@@ -162,11 +163,9 @@ def length_cv(hist: WindowHistogram, *, floor: float = 1.0) -> float | None:
         edge = float(hist.bounds[-1])
         left = hist.sum * total / hist.count - first
         top_mean = edge + max(left / top - edge, 0.0) * top / (top + _TOP_MEAN_PRIOR)
-        spread = _tail_spread(top / total, top_mean / edge, top)
         # A top bucket whose neighbour below is empty is a cluster of its own, not the end of
         # a tail: nothing tells its spread, so it is taken as none (as a point at its mean).
-        if finite[-1] <= 0:
-            spread = 1.0
+        spread = _tail_spread(top / total, top_mean / edge, top) if finite[-1] > 0 else 1.0
         first += top * top_mean
         second += top * top_mean * top_mean * spread
     # Both moments from the buckets: their ratio cancels part of the within-bucket shape error.
@@ -180,14 +179,18 @@ def _bucket_edges(bounds: FloatArray, floor: float) -> tuple[FloatArray, FloatAr
     return lows, bounds.copy()
 
 
-def _log_density_slopes(lows: FloatArray, highs: FloatArray, counts: FloatArray) -> FloatArray:
+def _log_edges(lows: FloatArray, highs: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Each bucket's ln of its lower edge and its width in ln x (0 for a point bucket)."""
+    a = np.log(np.maximum(lows, 1e-300))
+    return a, np.log(highs) - a
+
+
+def _log_density_slopes(a: FloatArray, width: FloatArray, counts: FloatArray) -> FloatArray:
     """Slope of the log density per unit of ln x in each bucket, from its occupied neighbours'
     densities (central where both are, one-sided with the bucket itself where one is, 0 where
     none is). On a wide law's falling tail a flat (log-uniform) bucket puts too much weight at
     its top: lognormal CV 2 read its finite buckets' mean 4 % high, and the open bucket, which
-    takes what the exact sum leaves, 30 % low."""
-    a = np.log(np.maximum(lows, 1e-300))
-    width = np.log(highs) - a
+    takes what the exact sum leaves, 30 % low. a, width: `_log_edges`."""
     centre = a + width / 2
     usable = (counts > 0) & (width > 1e-12)
     density = np.where(usable, counts, 1.0) / np.where(usable, width, 1.0)
@@ -204,12 +207,10 @@ def _log_density_slopes(lows: FloatArray, highs: FloatArray, counts: FloatArray)
 
 
 def _log_linear_moment(
-    lows: FloatArray, highs: FloatArray, slopes: FloatArray, k: int
+    a: FloatArray, width: FloatArray, highs: FloatArray, slopes: FloatArray, k: int
 ) -> FloatArray:
     """E[x^k] of x on (lo, hi] whose log density is linear in ln x with the given slope
-    (log-uniform at slope 0); x = hi where the bucket is a point."""
-    a = np.log(np.maximum(lows, 1e-300))
-    width = np.log(highs) - a
+    (log-uniform at slope 0); x = hi where the bucket is a point. a, width: `_log_edges`."""
     point = width <= 1e-12
     w = np.where(point, 1.0, width)
     moment = np.exp(k * a) * _expm1_over(slopes + k, w) / _expm1_over(slopes, w)
@@ -229,9 +230,9 @@ def _tail_spread(share: float, ratio: float, count: float) -> float:
     deviations of ln x above its median), the mean sets the law's sigma. At most `count`, the
     largest a sample of that many values can have (one value has no spread), and shrunk
     towards 1 (no spread) when the count is small."""
-    d = float(ndtri(1.0 - share)) if share < 1.0 else -_MAX_SIGMA
     if ratio <= 1.0 + 1e-9 or count <= 1.0:
         return 1.0
+    d = float(ndtri(1.0 - share)) if share < 1.0 else -_MAX_SIGMA
     log_tail = float(log_ndtr(-d))
 
     def log_moment(sigma: float, k: int) -> float:
