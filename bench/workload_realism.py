@@ -34,6 +34,7 @@ Run: .venv/bin/python bench/workload_realism.py [--quick] [--requests N]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -235,6 +236,7 @@ def capacity(law: Law, n: int, m: int, options: ModelOptions, requests: int,
     true_rate = model_rate(workload, options_for(first.input_cv, first.output_cv,
                                                  first.arrival_cv, law.prefix_hit_share), target)
 
+    @functools.cache  # the searches below come back to rates they have simulated
     def meets(k: int) -> bool:
         run = first if k == 0 else run_at(k)
         return run.sim_stable and run.sim_ttft_ms <= target

@@ -58,7 +58,6 @@ from model.queueing.sample_points import (
 )
 
 FloatArray = NDArray[np.float64]
-_MAX_PREFILL_SHARE = kernel_latency.MAX_PREFILL_SHARE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,7 +257,7 @@ def itl_request_samples(s: Setting) -> FloatArray:
     mean_x = s.time_pmf @ states
     var_x = np.maximum(s.time_pmf @ (states * states) - mean_x * mean_x, 0.0)
     lam = s.lam[:, np.newaxis]
-    share = np.minimum(s.lam * s.prefill_mean_ms, _MAX_PREFILL_SHARE)
+    share = np.minimum(s.lam * s.prefill_mean_ms, kernel_latency.MAX_PREFILL_SHARE)
     mean_gap = s.decode_iteration_ms(mean_x + 1.0) / (1.0 - share)
     life = gaps[np.newaxis, :] * mean_gap[:, np.newaxis]
     h = _lifetime_variance_share(life, s.service_ms[:, np.newaxis])
