@@ -37,7 +37,7 @@ lint: venv
 	$(VENV)/bin/ruff check model exporter tests bench
 	$(VENV)/bin/mypy
 
-# Speed and accuracy figures, printed and written to bench/results/*.json (about 45 min on 2 cores: percentiles.py simulates 128 runs).
+# Speed and accuracy figures, printed and written to bench/results/*.json (about 12 min on 2 cores; workload_realism.py and closed_loop.py take 4-5 min each).
 bench: venv
 	$(PY) bench/model_speed.py
 	$(PY) bench/tuner_speed.py
