@@ -27,6 +27,7 @@ from model import (
 )
 from model.queueing.sizing import max_rate_for_slo
 from tests.conftest import DATA_DIR
+from tests.exporter.test_recommender import observation
 
 TRUTH = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 SERVER = ServerConfig(max_batch_size=128)
@@ -170,3 +171,13 @@ def test_a_state_file_from_before_the_prior_restores_its_estimate_as_the_centre(
     assert tuner.identified == (False, False, False)
     published = sum(tuner.update(obs).success for obs in points)
     assert published >= len(points) - 10
+
+
+def test_a_tuner_point_is_at_the_rate_its_window_served() -> None:
+    # The mean of the window's arrival and completion rates, per pod: a request of 2048 tokens
+    # lives about as long as a window, so the batch that made the window's ITL held both. The
+    # arrival count alone (before: 1.5 here) carries Poisson noise the batch never saw, which a
+    # window of such points read as a flatter ITL curve (alpha high, gamma low).
+    window = replace(observation(3.0, 2), completion_rate_rps=1.0)
+    point = tuner_observation(window, SERVER.max_batch_size)
+    assert point is not None and point.rate_rps == pytest.approx(1.0)
