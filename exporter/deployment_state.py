@@ -89,17 +89,6 @@ def new_tuner(dep: DeploymentConfig, seed: ServiceParams | None = None) -> Tuner
     )
 
 
-def served_rate_rps(obs: DeploymentObservation) -> float:
-    """The rate (req/s, all observed pods) the window's latencies were made at: the mean of its
-    arrival and completion rates. A long request (2048 tokens at 15 ms) lives about as long as a
-    window, so the batch the window's ITL measured holds the requests that arrived during it and
-    those that completed during it; the arrival count alone carries Poisson noise the batch
-    never saw (60 requests: +-13 %), which a fit over a window of such points reads as a flatter
-    ITL curve (gamma low, alpha high: regression dilution). Both rates are equal in a steady
-    state."""
-    return 0.5 * (obs.arrival_rate_rps + obs.completion_rate_rps)
-
-
 def tuner_observation(
     obs: DeploymentObservation, max_batch_size: int, cvs: Mapping[str, float] | None = None
 ) -> Observation | None:
@@ -112,7 +101,7 @@ def tuner_observation(
     if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
         return None
     return Observation(
-        rate_rps=served_rate_rps(obs) / obs.observed_pods,
+        rate_rps=obs.arrival_rate_rps / obs.observed_pods,
         avg_input_tokens=obs.avg_input_tokens,
         avg_output_tokens=obs.avg_output_tokens,
         ttft_ms=obs.ttft_ms,

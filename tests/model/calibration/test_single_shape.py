@@ -173,11 +173,10 @@ def test_a_state_file_from_before_the_prior_restores_its_estimate_as_the_centre(
     assert published >= len(points) - 10
 
 
-def test_a_tuner_point_is_at_the_rate_its_window_served() -> None:
-    # The mean of the window's arrival and completion rates, per pod: a request of 2048 tokens
-    # lives about as long as a window, so the batch that made the window's ITL held both. The
-    # arrival count alone (before: 1.5 here) carries Poisson noise the batch never saw, which a
-    # window of such points read as a flatter ITL curve (alpha high, gamma low).
+def test_a_tuner_point_is_at_its_windows_arrival_rate() -> None:
+    # Per pod, the arrivals alone. The mean of arrival and completion rates read a flatter ITL
+    # curve on 5 s windows of steady 512 / 128 traffic (seeded at the truth, the published
+    # capacity went to 2.3x the simulator's and the soak failed), so it is not used.
     window = replace(observation(3.0, 2), completion_rate_rps=1.0)
     point = tuner_observation(window, SERVER.max_batch_size)
-    assert point is not None and point.rate_rps == pytest.approx(1.0)
+    assert point is not None and point.rate_rps == pytest.approx(1.5)
