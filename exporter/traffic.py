@@ -10,8 +10,8 @@ that on steady traffic the published capacity barely moves between cycles. The o
 raised to what the KV cache held by running requests over the same windows implies where that
 is higher (model.calibration.kv_context: the histogram misplaces point masses in its buckets;
 the KV reading is summed over the windows' end reads, with the token means of the same windows).
-A CV the config sets
-(`deployments[].model.*_cv`) is pinned: still measured and exported, never used.
+A CV the config sets (`deployments[].model.*_cv`) is pinned: still measured and exported, never
+used.
 """
 
 from __future__ import annotations
@@ -91,13 +91,16 @@ class _Smoothed:
         return sum(w * v for w, v in self._entries) / total if total > 0 else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _KvWindow:
-    """One window's KV read at its end and its prompt and output token sums and counts."""
+    """One window's KV read at its end, and its prompt and output token histograms' sums and
+    counts."""
 
     context: KvContext
-    input_tokens: tuple[float, float]
-    output_tokens: tuple[float, float]
+    input_sum: float
+    input_count: float
+    output_sum: float
+    output_count: float
 
 
 class TrafficTracker:
@@ -152,23 +155,28 @@ class TrafficTracker:
             return
         self._kv.append(
             _KvWindow(
-                obs.kv_context, (prompts.sum, prompts.count), (outputs.sum, outputs.count)
+                context=obs.kv_context,
+                input_sum=prompts.sum,
+                input_count=prompts.count,
+                output_sum=outputs.sum,
+                output_count=outputs.count,
             )
         )
 
     def _kv_output_cv2(self) -> float | None:
         """cv_m^2 from the KV held over the kept windows and their token means."""
-        if not self._kv:
-            return None
         context = KvContext(0.0, 0.0)
-        sums = [0.0, 0.0, 0.0, 0.0]
         for entry in self._kv:
             context = context + entry.context
-            for k, value in enumerate((*entry.input_tokens, *entry.output_tokens)):
-                sums[k] += value
-        if sums[1] <= 0 or sums[3] <= 0:
+        inputs = sum(e.input_count for e in self._kv)
+        outputs = sum(e.output_count for e in self._kv)
+        if inputs <= 0 or outputs <= 0:
             return None
-        return kv_output_cv2(context, sums[0] / sums[1], sums[2] / sums[3])
+        return kv_output_cv2(
+            context,
+            sum(e.input_sum for e in self._kv) / inputs,
+            sum(e.output_sum for e in self._kv) / outputs,
+        )
 
 
 @dataclass(frozen=True, slots=True)

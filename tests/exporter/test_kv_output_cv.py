@@ -8,8 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from exporter.reading.observations import DeploymentObservation
+from exporter.reading.vllm_metrics import HistogramName
 from exporter.traffic import TrafficTracker
 from model import Workload
+from model.calibration.kv_context import KvContext
 from model.simulation.workloads import LengthKind
 from tests.exporter.test_traffic import Run, emulate
 
@@ -81,3 +84,29 @@ def test_uniform_and_lognormal_read_no_worse(
         # The KV reading only raises the histogram's, and only towards the law (a few %).
         assert hist_cv <= cv and abs(cv - true_cv) <= abs(hist_cv - true_cv) + 0.05
     assert all(s.kv_output_length_cv is not None for s in r.shapes[FULL:])
+
+
+def test_the_tracker_sums_the_kv_reads_of_its_last_windows(uniform: Run) -> None:
+    obs = uniform.observations[-1]
+    prompts = obs.windows[HistogramName.PROMPT_LEN]
+    outputs = obs.windows[HistogramName.GENERATION_LEN]
+    n, m = prompts.sum / prompts.count, outputs.sum / outputs.count
+
+    def holding(cv: float, running: float) -> DeploymentObservation:
+        context = n + m * (1 + cv * cv) / 2  # the mean context of a law with this output CV
+        return replace(obs, kv_context=KvContext(context * running, running))
+
+    tracker = TrafficTracker(windows=2)
+    assert tracker.update(holding(2.0, 100)).kv_output_length_cv == pytest.approx(2.0)
+    # Two windows: their KV tokens and running requests summed, 1:3.
+    both = tracker.update(holding(1.0, 300)).kv_output_length_cv
+    assert both == pytest.approx(np.sqrt((100 * 5 + 300 * 2) / 400 - 1))
+    # A window without a KV read keeps the others; a third one pushes out the first.
+    assert tracker.update(replace(obs, kv_context=None)).kv_output_length_cv == both
+    assert tracker.update(holding(1.0, 300)).kv_output_length_cv == pytest.approx(1.0)
+    # The model's output CV is the larger reading: this narrow law's histogram reads < 0.5.
+    assert tracker.shape.output_length_cv == pytest.approx(1.0)
+    assert tracker.update(holding(0.0, 300)).output_length_cv == pytest.approx(np.sqrt(0.5))
+    low = tracker.update(holding(0.0, 300))
+    assert low.kv_output_length_cv == 0.0 and low.output_length_cv is not None
+    assert 0.0 < low.output_length_cv < 0.5  # the histogram's
