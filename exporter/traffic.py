@@ -25,7 +25,7 @@ from exporter.config import DeploymentConfig
 from exporter.reading.observations import DeploymentObservation
 from exporter.reading.vllm_metrics import HistogramName
 from model import ModelOptions, ServerConfig, Workload
-from model.calibration.histogram import length_cv
+from model.calibration.histogram import WindowHistogram, length_cv
 from model.calibration.kv_context import KvContext, combined_output_cv, kv_output_cv2
 from model.calibration.observation import model_hit_ratio, with_workload_cvs
 from model.queueing.kv_limit import kv_batch_limit
@@ -91,16 +91,14 @@ class _Smoothed:
         return sum(w * v for w, v in self._entries) / total if total > 0 else None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class _KvWindow:
-    """One window's KV read at its end, and its prompt and output token histograms' sums and
-    counts."""
+    """One window's KV read at its end, and its prompt and output token histograms (their
+    exact sums and counts give the means)."""
 
     context: KvContext
-    input_sum: float
-    input_count: float
-    output_sum: float
-    output_count: float
+    prompts: WindowHistogram
+    outputs: WindowHistogram
 
 
 class TrafficTracker:
@@ -153,29 +151,21 @@ class TrafficTracker:
         outputs = obs.windows.get(HistogramName.GENERATION_LEN)
         if obs.kv_context is None or prompts is None or outputs is None:
             return
-        self._kv.append(
-            _KvWindow(
-                context=obs.kv_context,
-                input_sum=prompts.sum,
-                input_count=prompts.count,
-                output_sum=outputs.sum,
-                output_count=outputs.count,
-            )
-        )
+        self._kv.append(_KvWindow(obs.kv_context, prompts, outputs))
 
     def _kv_output_cv2(self) -> float | None:
         """cv_m^2 from the KV held over the kept windows and their token means."""
         context = KvContext(0.0, 0.0)
         for entry in self._kv:
             context = context + entry.context
-        inputs = sum(e.input_count for e in self._kv)
-        outputs = sum(e.output_count for e in self._kv)
+        inputs = sum(e.prompts.count for e in self._kv)
+        outputs = sum(e.outputs.count for e in self._kv)
         if inputs <= 0 or outputs <= 0:
             return None
         return kv_output_cv2(
             context,
-            sum(e.input_sum for e in self._kv) / inputs,
-            sum(e.output_sum for e in self._kv) / outputs,
+            sum(e.prompts.sum for e in self._kv) / inputs,
+            sum(e.outputs.sum for e in self._kv) / outputs,
         )
 
 
