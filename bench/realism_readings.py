@@ -1,6 +1,6 @@
 """What the daemon would read from a simulated run, for bench/workload_realism.py: the length
-CVs of vLLM's token histograms, the sidecar sampler's arrival CV, and whether the run held a
-steady state."""
+CVs of vLLM's token histograms, the KV cache running requests hold at each collector cycle's
+end, the sidecar sampler's arrival CV, and whether the run held a steady state."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
 from exporter.emulation.emulator_metrics import length_histogram
 from exporter.reading.arrival_sampler import SAMPLE_PERIOD_S, index_of_dispersion
 from model.calibration.histogram import length_cv
-from model.simulation.simulator import SimResult
+from model.calibration.kv_context import KvContext, combined_output_cv, kv_output_cv2
+from model.simulation.simulator import SimResult, Simulator
 
 # A run whose last tenth of arrivals waits this many times longer than the first tenth: the
 # backlog grew through the run (no steady state).
@@ -28,6 +29,30 @@ def histogram_cv(tokens: np.ndarray) -> float:
     """The length CV the collector reads from vLLM's token histogram (1-2-5 buckets as the
     emulator exposes them, exact sum and count) of these requests."""
     cv = length_cv(length_histogram(tokens, DEFAULT_MAX_MODEL_LEN))
+    return math.nan if cv is None else cv
+
+
+def run_reading_kv(sim: Simulator, start_s: float, end_s: float, until_s: float) -> tuple[
+    SimResult, KvContext
+]:
+    """Run the simulation to `until_s`, reading the KV tokens running requests hold and the
+    running requests (every replica) at each collector cycle's end (WINDOW_S apart) in
+    (start_s, end_s], as the collector reads the gauges at its windows' ends."""
+    context = KvContext(0.0, 0.0)
+    read_s = start_s + WINDOW_S
+    while read_s <= end_s:
+        sim.advance(read_s)
+        for replica in sim.replica_status():
+            context = context + KvContext(float(replica.kv_tokens), float(replica.running))
+        read_s += WINDOW_S
+    return sim.run(until_s=until_s), context
+
+
+def tracked_output_cv(tokens: np.ndarray, input_tokens: np.ndarray, kv: KvContext) -> float:
+    """The output CV the traffic tracker gives: the histogram's, raised to the KV reading's
+    where that is higher (model.calibration.kv_context)."""
+    kv_cv2 = kv_output_cv2(kv, float(np.mean(input_tokens)), float(np.mean(tokens)))
+    cv = combined_output_cv(histogram_cv(tokens), kv_cv2)
     return math.nan if cv is None else cv
 
 

@@ -11,7 +11,9 @@ Beside the simulator, three models at the measured requests' mean lengths: the p
 the refined variant at its defaults (length CVs 0, Poisson arrivals) and the refined variant fed
 with the workload's CVs and prefix-hit ratio, twice: with the CVs of the drawn requests ("true")
 and with those the daemon would measure ("measured": the length CVs of the token histograms the
-emulator exposes, 1-2-5 buckets with exact sum and count, read by `length_cv`; the arrival CV
+emulator exposes, 1-2-5 buckets with exact sum and count, read by `length_cv`, the output's
+raised to what the KV cache held by running requests at each 30 s cycle's end implies where
+that is higher (model/calibration/kv_context.py); the arrival CV
 from the sampler's index of dispersion of the first-token counter over 30 s windows; the hit
 ratio as vLLM's counters give it). Capacity uses the measured ones.
 
@@ -45,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from model import PAPER_MODEL, FirstToken, Workload, analyze, max_rate_for_slo
+from model.calibration.kv_context import kv_output_cv2
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 from model.simulation.modulation import modulated_profile
@@ -52,7 +55,14 @@ from model.simulation.simulator import Simulator
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, RequestTrace, draw_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.realism_readings import cv_of, dispersion_cv, grew, histogram_cv  # noqa: E402
+from bench.realism_readings import (  # noqa: E402
+    cv_of,
+    dispersion_cv,
+    grew,
+    histogram_cv,
+    run_reading_kv,
+    tracked_output_cv,
+)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LLAMA = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)  # Table I
@@ -113,6 +123,8 @@ class Run:
     measured_input_cv: float
     measured_output_cv: float
     measured_arrival_cv: float
+    histogram_output_cv: float  # the histogram's reading alone
+    kv_output_cv: float  # the KV reading alone (NaN: not taken)
     prefix_hit_ratio: float
     paper_ttft_ms: float
     default_ttft_ms: float
@@ -169,7 +181,7 @@ def replay(law: Law, n: int, m: int, load: float, trace: RequestTrace, margin_s:
     rate = load * saturation_rps(n, m)
     sim = Simulator(LLAMA, SERVER)
     sim.add_requests(trace)
-    res = sim.run(until_s=2 * margin_s + span_s + 3600.0)
+    res, kv = run_reading_kv(sim, margin_s, margin_s + span_s, 2 * margin_s + span_s + 3600.0)
     keep = (res.arrival_s > margin_s) & (res.arrival_s <= margin_s + span_s)
     stable = not grew(res, keep)
     seen = Workload(float(res.input_tokens[keep].mean()), float(res.output_tokens[keep].mean()))
@@ -180,7 +192,9 @@ def replay(law: Law, n: int, m: int, load: float, trace: RequestTrace, margin_s:
     cached = np.asarray(trace.cached_tokens)[: res.arrived][keep]
     hit = float(cached.sum() / res.input_tokens[keep].sum())
     m_in = histogram_cv(res.input_tokens[keep])
-    m_out = histogram_cv(res.output_tokens[keep])
+    histogram_output_cv = histogram_cv(res.output_tokens[keep])
+    m_out = tracked_output_cv(res.output_tokens[keep], res.input_tokens[keep], kv)
+    kv_cv2 = kv_output_cv2(kv, seen.avg_input_tokens, seen.avg_output_tokens)
     m_arr = dispersion_cv(res.first_token_s, margin_s, margin_s + span_s)
     measured = options_for(m_in, m_out, m_arr, hit)
 
@@ -193,6 +207,8 @@ def replay(law: Law, n: int, m: int, load: float, trace: RequestTrace, margin_s:
                sim_gap_ms=float(np.nanmean(res.itl_ms[keep])),
                input_cv=input_cv, output_cv=output_cv, arrival_cv=arrival_cv,
                measured_input_cv=m_in, measured_output_cv=m_out, measured_arrival_cv=m_arr,
+               histogram_output_cv=histogram_output_cv,
+               kv_output_cv=math.nan if kv_cv2 is None else math.sqrt(kv_cv2),
                prefix_hit_ratio=hit,
                paper_ttft_ms=model(PAPER_MODEL), default_ttft_ms=model(DEFAULT_MODEL),
                refined_ttft_ms=model(refined), measured_ttft_ms=model(measured))

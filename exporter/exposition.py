@@ -299,7 +299,8 @@ LABELLED_GAUGES: tuple[LabelledGaugeSpec, ...] = (
     LabelledGaugeSpec(
         "request_length_cv",
         "Coefficient of variation of request lengths from vLLM's token histograms, "
-        "smoothed over the last 10 windows, as of the last cycle.",
+        "smoothed over the last 10 windows (the output's raised to what the KV cache held by "
+        "running requests implies where that is higher), as of the last cycle.",
         "kind",
         lambda s: ((kind.value, s.traffic.length_cv(kind)) for kind in LengthCvKind),
     ),

@@ -6,8 +6,12 @@ cache served (the model's prefill runs on the rest: tuner points carry their win
 sizing uses the smoothed one), and the pods' KV capacity; in sidecar mode the 1 s sampler
 adds the arrival CV (exporter.reading.arrival_sampler). What the model uses is smoothed over the
 last SMOOTHING_WINDOWS windows, each weighted by its requests (CVs as the mean of their squares), so
-that on steady traffic the published capacity barely moves between cycles. A CV the config sets
-(`deployments[].model.*_cv`) is pinned: still measured and exported, never used.
+that on steady traffic the published capacity barely moves between cycles. The output CV is
+raised to what the KV cache held by running requests over the same windows implies where that
+is higher (model.calibration.kv_context: the histogram misplaces point masses in its buckets;
+the KV reading is summed over the windows' end reads, with the token means of the same windows).
+A CV the config sets (`deployments[].model.*_cv`) is pinned: still measured and exported, never
+used.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from exporter.config import DeploymentConfig
 from exporter.reading.observations import DeploymentObservation
 from exporter.reading.vllm_metrics import HistogramName
 from model import ModelOptions, ServerConfig, Workload
-from model.calibration.histogram import length_cv
+from model.calibration.histogram import WindowHistogram, length_cv
+from model.calibration.kv_context import KvContext, combined_output_cv, kv_output_cv2
 from model.calibration.observation import model_hit_ratio, with_workload_cvs
 from model.queueing.kv_limit import kv_batch_limit
 
@@ -50,6 +55,9 @@ class TrafficShape:
     arrival_cv: float | None = None
     cached_prompt_ratio: float | None = None  # prompt tokens served by the prefix cache
     kv_capacity_tokens: float | None = None  # per pod, the smallest
+    # The output CV the running requests' KV implies (None: not read); output_length_cv is the
+    # larger of it and the histogram's.
+    kv_output_length_cv: float | None = None
 
     def length_cv(self, kind: LengthCvKind) -> float | None:
         """The smoothed CV of one request length."""
@@ -83,6 +91,16 @@ class _Smoothed:
         return sum(w * v for w, v in self._entries) / total if total > 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class _KvWindow:
+    """One window's KV read at its end, and its prompt and output token histograms (their
+    exact sums and counts give the means)."""
+
+    context: KvContext
+    prompts: WindowHistogram
+    outputs: WindowHistogram
+
+
 class TrafficTracker:
     """Smooths one deployment's traffic measurements over its last windows."""
 
@@ -91,6 +109,7 @@ class TrafficTracker:
         self._arrival_index = _Smoothed(windows)
         self._cached = _Smoothed(windows)
         self._kv_capacity: float | None = None
+        self._kv: deque[_KvWindow] = deque(maxlen=windows)
         self.shape = TrafficShape()
 
     def update(
@@ -110,17 +129,44 @@ class TrafficTracker:
             self._arrival_index.add(dispersion[1], dispersion[0])
         if obs.kv_capacity_tokens is not None:
             self._kv_capacity = obs.kv_capacity_tokens
+        self._add_kv(obs)
         prompt = self._cv2[LengthCvKind.PROMPT].value()
         output = self._cv2[LengthCvKind.OUTPUT].value()
         arrival = self._arrival_index.value()
+        kv_cv2 = self._kv_output_cv2()
         self.shape = TrafficShape(
             input_length_cv=None if prompt is None else math.sqrt(prompt),
-            output_length_cv=None if output is None else math.sqrt(output),
+            output_length_cv=combined_output_cv(
+                None if output is None else math.sqrt(output), kv_cv2
+            ),
             arrival_cv=None if arrival is None else math.sqrt(arrival),
             cached_prompt_ratio=self._cached.value(),
             kv_capacity_tokens=self._kv_capacity,
+            kv_output_length_cv=None if kv_cv2 is None else math.sqrt(kv_cv2),
         )
         return self.shape
+
+    def _add_kv(self, obs: DeploymentObservation) -> None:
+        prompts = obs.windows.get(HistogramName.PROMPT_LEN)
+        outputs = obs.windows.get(HistogramName.GENERATION_LEN)
+        if obs.kv_context is None or prompts is None or outputs is None:
+            return
+        self._kv.append(_KvWindow(obs.kv_context, prompts, outputs))
+
+    def _kv_output_cv2(self) -> float | None:
+        """cv_m^2 from the KV held over the kept windows and their token means."""
+        context = KvContext(0.0, 0.0)
+        for entry in self._kv:
+            context = context + entry.context
+        inputs = sum(e.prompts.count for e in self._kv)
+        outputs = sum(e.outputs.count for e in self._kv)
+        if inputs <= 0 or outputs <= 0:
+            return None
+        return kv_output_cv2(
+            context,
+            sum(e.prompts.sum for e in self._kv) / inputs,
+            sum(e.outputs.sum for e in self._kv) / outputs,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,9 @@ deployment's rates are summed over pods, its means weighted by their counts (sum
 sum of counts), so an idle pod adds throughput but no latency. Windowed histograms are added
 over pods with the same bucket bounds (a pod with other bounds is left out of them and flagged);
 the prefix-cache hit ratio is hit tokens over looked-up tokens of all pods; the KV capacity is
-the smallest pod's. A window without completions has
-no latency observation (None), never zeros.
+the smallest pod's; the KV tokens held and the requests running at the window's end are summed
+over the pods that read both (their ratio is a running request's mean context). A window
+without completions has no latency observation (None), never zeros.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from exporter.reading.vllm_metrics import (
     SampleStatus,
 )
 from model.calibration.histogram import WindowHistogram
+from model.calibration.kv_context import KvContext
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,7 @@ class DeploymentObservation:
     windows: Mapping[HistogramName, WindowHistogram] = field(default_factory=dict)
     cached_prompt_ratio: float | None = None  # prompt tokens served from the prefix cache
     kv_capacity_tokens: float | None = None  # per pod, the smallest: num_gpu_blocks x block_size
+    kv_context: KvContext | None = None  # at the window's end, summed over pods
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "windows", MappingProxyType(dict(self.windows)))
@@ -214,6 +217,7 @@ def observe_deployment(
         windows=windows,
         cached_prompt_ratio=sum(h.hit_tokens for h in hits) / queried if queried > 0 else None,
         kv_capacity_tokens=min(capacities) if capacities else None,
+        kv_context=_sum_kv_contexts(pods),
     )
 
 
@@ -287,6 +291,11 @@ def _in_flight(samples: Iterable[PodSample]) -> float | None:
             return None
         total += sum(v for v in backlog if v is not None)
     return total
+
+
+def _sum_kv_contexts(pods: list[PodObservation]) -> KvContext | None:
+    contexts = [p.kv_context for p in pods if p.kv_context is not None]
+    return sum(contexts[1:], contexts[0]) if contexts else None
 
 
 def _sum_deltas(pods: list[PodObservation]) -> dict[HistogramName, HistogramTotals]:

@@ -9,7 +9,10 @@ Over the window W between a pod's two samples:
   queue-time histograms (time-averages over W), else the mean of the two gauge readings.
 - the windowed histograms of the bucketed histograms (exporter.reading.vllm_buckets), and the
   prompt tokens served from the prefix cache: `prompt_tokens_cached` over `prompt_tokens`, or
-  (older vLLM) prefix-cache hits over queries.
+  (older vLLM) prefix-cache hits over queries;
+- the KV tokens running requests hold at the window's end (KV usage times the cache's tokens)
+  with the running requests read at the same instant (model.calibration.kv_context), unless
+  the window preempted or filled the cache.
 A decrease of any cumulative value, or a new process start time, is a restart: every value is
 counted from zero, as Prometheus `rate()` does. A window without completions has no latency
 observation (None), never zeros.
@@ -32,6 +35,7 @@ from exporter.reading.vllm_metrics import (
     PodSample,
 )
 from model.calibration.histogram import WindowHistogram
+from model.calibration.kv_context import KvContext
 
 MS_PER_S = 1000.0
 # Process start times differ by more than this (s) => a different process, hence a reset.
@@ -131,6 +135,7 @@ class PodObservation:
     windows: Mapping[HistogramName, WindowHistogram] = field(default_factory=dict)
     cache_hits: CacheHits | None = None
     kv_capacity_tokens: float | None = None  # at the window's end
+    kv_context: KvContext | None = None  # at the window's end
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "deltas", MappingProxyType(dict(self.deltas)))
@@ -179,6 +184,14 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
     kv = end.gauges.get(GaugeName.KV_USAGE)
     queue_growing = backlog_growing(backlog_change, arrivals)
     preempted = _increase(start.counters, end.counters, CounterName.PREEMPTIONS, reset)
+    saturation = saturation_signs(
+        histogram_mean(deltas.get(HistogramName.QUEUE_TIME_S)),
+        histogram_mean(deltas.get(HistogramName.INFERENCE_TIME_S)),
+        avg_waiting,
+        queue_growing,
+        kv,
+        preempted,
+    )
     return PodObservation(
         pod=end.pod,
         window_s=window_s,
@@ -200,17 +213,11 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
         reset=reset,
         problems=tuple(problems),
         deltas=deltas,
-        saturation=saturation_signs(
-            histogram_mean(deltas.get(HistogramName.QUEUE_TIME_S)),
-            histogram_mean(deltas.get(HistogramName.INFERENCE_TIME_S)),
-            avg_waiting,
-            queue_growing,
-            kv,
-            preempted,
-        ),
+        saturation=saturation,
         windows=windows,
         cache_hits=_cache_hits(start, end, reset),
         kv_capacity_tokens=end.kv_capacity_tokens,
+        kv_context=_kv_context(end, saturation),
     )
 
 
@@ -287,6 +294,20 @@ def _cache_hits(start: PodSample, end: PodSample, reset: bool) -> CacheHits | No
         if hit is not None and total is not None and total > 0:
             return CacheHits(min(max(hit, 0.0), total), total)
     return None
+
+
+def _kv_context(end: PodSample, saturation: tuple[Saturation, ...]) -> KvContext | None:
+    """KV tokens held and requests running at the window's end; None when a gauge or the
+    capacity is missing, or the window preempted or filled the cache (a preempted request
+    frees its KV and recomputes it: the running set is then not the steady one)."""
+    kv = end.gauges.get(GaugeName.KV_USAGE)
+    running = end.gauges.get(GaugeName.RUNNING)
+    capacity = end.kv_capacity_tokens
+    if kv is None or running is None or capacity is None:
+        return None
+    if Saturation.PREEMPTIONS in saturation or Saturation.KV_FULL in saturation:
+        return None
+    return KvContext(kv * capacity, running)
 
 
 def histogram_mean(totals: HistogramTotals | None, scale: float = 1.0) -> float | None:

@@ -49,16 +49,27 @@ class Run:
     shapes: list[TrafficShape]
 
 
-def emulate(kind: LengthKind, cv: float) -> Run:
-    """Two emulated replicas at half their saturation rate, scraped over loopback every 30
-    simulated seconds; each window's observation and the smoothed shape after it."""
+def emulate(
+    kind: LengthKind,
+    cv: float,
+    *,
+    shape: Workload = SHAPE,
+    load: float = 0.5,
+    replicas: int = 2,
+    seed: int = 7,
+    warm_up_s: int = 30,
+    windows_read: int = WINDOWS,
+) -> Run:
+    """Emulated replicas (two by default) at `load` of their saturation rate, scraped over
+    loopback every 30 simulated seconds after `warm_up_s`; each window's observation and the
+    smoothed shape after it."""
     clock = ManualClock()
-    rate = 0.5 * max_rate(LLAMA, SERVER, SHAPE)
+    rate = load * max_rate(LLAMA, SERVER, shape)
     fleet = EmulatedFleet(
-        LLAMA, SERVER, rng=np.random.default_rng(7), arrivals=2 * rate,
-        input_lengths=LengthDist(kind, SHAPE.avg_input_tokens, cv),
-        output_lengths=LengthDist(kind, SHAPE.avg_output_tokens, cv),
-        model_name="m", replicas=2, clock=clock,
+        LLAMA, SERVER, rng=np.random.default_rng(seed), arrivals=replicas * rate,
+        input_lengths=LengthDist(kind, shape.avg_input_tokens, cv),
+        output_lengths=LengthDist(kind, shape.avg_output_tokens, cv),
+        model_name="m", replicas=replicas, clock=clock,
     )  # fmt: skip
     fleet.start(background=False)
 
@@ -68,12 +79,12 @@ def emulate(kind: LengthKind, cv: float) -> Run:
             fleet.sync()
 
     try:
-        advance(30)
+        advance(warm_up_s)
         source = ScrapeSource(clock=fleet.sim_clock, urls=fleet.urls, model_name="m")
         windows, traffic = WindowTracker(), TrafficTracker()
         windows.observe(source.read())
         observations, shapes = [], []
-        for _ in range(WINDOWS):
+        for _ in range(windows_read):
             advance(WINDOW_S)
             obs = windows.observe(source.read())
             observations.append(obs)

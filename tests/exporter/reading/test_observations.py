@@ -20,6 +20,7 @@ from exporter.reading.pod_observation import Problem, observe_pod
 from exporter.reading.saturation import Saturation
 from exporter.reading.sources import PodFailure, ScrapeSource, SourceRead
 from exporter.reading.vllm_metrics import CounterName, PodSample, SampleStatus, parse_exposition
+from model.calibration.kv_context import KvContext
 from tests.fixtures.metrics_server import Behaviour, MetricsServer
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
 
@@ -416,3 +417,29 @@ def test_requests_in_flight_sum_running_and_waiting_at_the_end_of_the_window() -
     )
     unknown = observe_deployment(read(T0, sample("a", idle, T0)), read(T0 + W, blind))
     assert unknown.requests_in_flight is None
+
+
+def test_the_kv_running_requests_hold_is_summed_over_pods_unless_a_window_preempted() -> None:
+    capacity = 100_000.0
+
+    def with_capacity(r: SourceRead, preempted: float) -> SourceRead:
+        samples = tuple(
+            replace(
+                s,
+                kv_capacity_tokens=capacity,
+                counters={**s.counters, CounterName.PREEMPTIONS: preempted if s.pod == "a" else 0},
+            )
+            for s in r.samples
+        )
+        return replace(r, samples=samples)
+
+    start, end = steady_reads()
+    # Pod a holds 0.2 of its cache with 4 running, pod b 0.4 with 2, at the window's end.
+    obs = observe_deployment(with_capacity(start, 0), with_capacity(end, 0))
+    assert obs.kv_context == KvContext(0.2 * capacity + 0.4 * capacity, 6.0)
+    assert obs.pods[0].kv_context == KvContext(0.2 * capacity, 4.0)
+    # Pod a preempted in the window: its KV is being recomputed, only b's is read.
+    preempting = observe_deployment(with_capacity(start, 0), with_capacity(end, 2))
+    assert preempting.kv_context == KvContext(0.4 * capacity, 2.0)
+    # Without the cache's size (no cache_config_info): no reading.
+    assert observe_deployment(start, end).kv_context is None
