@@ -19,7 +19,8 @@ Figures: p90 cycle-to-cycle change of the published SLO capacity (cycles at leas
 after the first estimate and after the change); published parameters outside the tuner's
 bounds; the seeded run's predicted TTFT and ITL at loads 0.3/0.5/0.7 and its capacity after 20
 windows against the truth's; windows after the change until the capacity stays within 10 % of
-the changed truth's; the largest move of the published TTFT prediction (at load 0.5) the
+the changed truth's, and the share of the cycles from 5 windows after the change on within 10 %
+of it; the largest move of the published TTFT prediction (at load 0.5) the
 spikes cause against the clean run.
 
 Writes bench/results/tuner_robustness.json and tuner_robustness.png.
@@ -185,6 +186,13 @@ def windows_to_follow(run: dict[str, list[Any]], start: int, truth: Truth) -> in
     return None
 
 
+def share_within(run: dict[str, list[Any]], start: int, truth: Truth) -> float:
+    """Share of the cycles from `start` on whose capacity is within 10 % of the truth's: a run
+    can follow a change and later drift off it, which `windows_to_follow` alone does not tell."""
+    caps = run["capacity_rps"][start:]
+    return sum(c is not None and abs(c / truth.capacity_rps - 1) <= 0.10 for c in caps) / len(caps)
+
+
 def seeded_accuracy(
     scenario: Scenario, views: list[WindowView], truth: Truth, after: int
 ) -> dict[str, Any]:
@@ -249,6 +257,9 @@ def run_scenario(scenario: Scenario, duration_s: float) -> dict[str, Any]:
         if name in CHANGES:
             figures["changed_truth"][name] = asdict(changed_truth[name])
             figures[name]["windows_to_follow"] = windows_to_follow(run, half, changed_truth[name])
+            figures[name]["share_within_10pct_after_5"] = share_within(
+                run, half + SETTLE, changed_truth[name]
+            )
     clean, spiked_run = runs["cold"]["ttft_ms"], runs["two 10x TTFT spikes"]["ttft_ms"]
     figures["two 10x TTFT spikes"]["max_ttft_prediction_move"] = max(
         abs(b / a - 1.0)

@@ -43,7 +43,7 @@ from exporter.recommender import (
 from exporter.statefile import StateFile
 from exporter.traffic import model_inputs, used_cvs
 from exporter.what_if import WhatIf, what_if
-from model import TunerReason
+from model import Observation, TunerReason
 
 logger = logging.getLogger(__name__)
 
@@ -262,20 +262,29 @@ class Daemon:
         return reading.index, reading.requests
 
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
-        """Feed one per-replica observation to the tuner when the window is steady and has
-        latencies."""
+        """Feed the window to the tuner as a per-replica point when it is one, else tell the
+        tuner a cycle passed without one (`Tuner.idle`: a recovery must not wait for points)."""
         previous, runtime.previous_rate_rps = runtime.previous_rate_rps, obs.arrival_rate_rps
+        if (point := self._point(runtime, obs, previous)) is None:
+            runtime.tuner.idle()
+        else:
+            runtime.tuner.update(point)
+
+    def _point(
+        self, runtime: DeploymentRuntime, obs: DeploymentObservation, previous: float | None
+    ) -> Observation | None:
+        """The window as a tuner point, or None when it is not one to fit."""
         if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
-            return
+            return None
         if obs.unobserved_pods:  # the load of some pods is an estimate: not a point to fit
-            return
+            return None
         if (
             obs.ttft_ms is None
             or obs.itl_ms is None
             or obs.avg_input_tokens is None
             or obs.avg_output_tokens is None
         ):
-            return
+            return None
         if obs.new_pods or obs.gone_pods:
             runtime.unsettled = SETTLE_WINDOWS + 1  # this window and the next ones
         settling = runtime.unsettled > 0
@@ -287,7 +296,7 @@ class Daemon:
             self.metrics.observation_problems.labels(
                 runtime.config.name, Problem.NON_STATIONARY
             ).inc()
-            return
+            return None
         cvs = used_cvs(runtime.config, runtime.traffic.shape)
         try:
             point = tuner_observation(obs, runtime.config.server.max_batch_size, cvs)
@@ -296,9 +305,8 @@ class Daemon:
             self.metrics.observation_problems.labels(
                 runtime.config.name, Problem.INVALID_OBSERVATION
             ).inc()
-            return
-        if point is not None:
-            runtime.tuner.update(point)
+            return None
+        return point
 
     def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
         dep, obs = runtime.config, runtime.observation

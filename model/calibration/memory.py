@@ -20,6 +20,13 @@ from model.queueing.validation import require_int_at_least, require_positive
 # Between two windows of steady traffic the parameters move by about this much (one standard
 # deviation of log(theta)): the prior that keeps the published capacity from flapping.
 STEADY_LOG_SIGMA = 0.1
+# Right after a detected change, the estimate before it is every parameter's centre: at
+# ESTIMATE_LOG_SIGMA for a parameter the data identified, so the few new points move it as far
+# as they show (alpha after a new engine's overhead, every parameter after a faster one), and
+# at this width for one the data left open, which then stays near where it was instead of
+# being traded against the rest (three points of 128 / 2048 tokens took gamma to 1/8 of the
+# truth and the published capacity to 2.8x the new truth's at ESTIMATE_LOG_SIGMA).
+CHANGE_LOG_SIGMA = 0.3
 
 
 @dataclass(slots=True)
@@ -30,6 +37,7 @@ class CalibrationMemory:
     identified: tuple[bool, bool, bool] = (False, False, False)
     held: int = 0
     since_change: int | None = None
+    open_at_change: tuple[bool, bool, bool] = (False, False, False)  # not identified then
 
     def prior(
         self,
@@ -37,20 +45,26 @@ class CalibrationMemory:
         seed: ServiceParams | None,
         bounds: tuple[ServiceParams, ServiceParams],
         steady: ServiceParams | None = None,
+        *,
+        recovering: bool = False,
     ) -> Prior:
         """Per parameter: centred on the anchor, else the seed, else `base` (the chain). With
         a `steady` estimate (fitted, no change being recovered from), a narrow Gaussian
         (STEADY_LOG_SIGMA) around it joins, so steady windows move the estimate smoothly: it
         replaces the chain for a parameter the estimate identified, and multiplies it for one
-        the estimate did not (the chain's weak pull keeps that one from wandering off). The
-        centre is clipped into the bounds so a prior never pulls outside them."""
+        the estimate did not (the chain's weak pull keeps that one from wandering off).
+        `recovering` from a detected change, the anchor of a parameter the estimate before it
+        did not identify has the width CHANGE_LOG_SIGMA. The centre is clipped into the bounds
+        so a prior never pulls outside them."""
         centre = np.log(np.array(base.centre.as_tuple()))
         precision = 1.0 / np.array(base.log_sigma) ** 2
         seeded = None if seed is None else seed.as_tuple()
         for k in range(3):
             anchor = self.anchor[k]
             if anchor is not None:
-                centre[k], precision[k] = math.log(anchor), LOG_SIGMAS[CentreSource.ESTIMATE] ** -2
+                held = recovering and self.open_at_change[k]
+                width = CHANGE_LOG_SIGMA if held else LOG_SIGMAS[CentreSource.ESTIMATE]
+                centre[k], precision[k] = math.log(anchor), width**-2
             elif seeded is not None:
                 centre[k], precision[k] = math.log(seeded[k]), LOG_SIGMAS[CentreSource.SEED] ** -2
             if steady is not None:
@@ -85,6 +99,16 @@ class CalibrationMemory:
         then trade against what it pins: alpha up, gamma down, the ITL curve flattened)."""
         self.anchor = list(params.as_tuple())
         self.since_change = 0
+        known = self.identified
+        self.open_at_change = (not known[0], not known[1], not known[2])
+
+    def tick(self) -> None:
+        """A cycle passed, with a point or without one (the daemon skipped its window). A
+        recovery from a detected change lasts that many cycles, not points: counting points
+        alone kept the confidence low for as long as none came, which kept them away when the
+        hand-over to the reactive count churned pods every window (bench/replay_trace)."""
+        if self.since_change is not None:
+            self.since_change += 1
 
     def confidence(
         self, has_estimate: bool, errors: NDArray[np.float64] | None, settle: int
@@ -106,6 +130,7 @@ class CalibrationMemory:
             "identified": list(self.identified),
             "held": self.held,
             "since_change": self.since_change,
+            "open_at_change": list(self.open_at_change),
         }
 
     @classmethod
@@ -126,6 +151,9 @@ class CalibrationMemory:
         if len(flags) != 3:
             raise ValueError(f"`identified` must be 3 flags, got {data['identified']!r}")
         since = data["since_change"]
+        opened = [bool(v) for v in data.get("open_at_change", (False, False, False))]
+        if len(opened) != 3:
+            raise ValueError(f"`open_at_change` must be 3 flags, got {data['open_at_change']!r}")
         return cls(
             anchor=[
                 None if v is None else require_positive(f"anchor[{k}]", v)
@@ -134,4 +162,5 @@ class CalibrationMemory:
             identified=(flags[0], flags[1], flags[2]),
             held=require_int_at_least("held", data["held"], 0),
             since_change=None if since is None else require_int_at_least("since_change", since, 0),
+            open_at_change=(opened[0], opened[1], opened[2]),
         )

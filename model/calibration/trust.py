@@ -62,6 +62,14 @@ class ModelBias(NamedTuple):
     itl_load: float | None = None
 
 
+def robust_spread(rows: FloatArray) -> FloatArray:
+    """Per column of (K, 2) rows, MAD_TO_SIGMA x the median absolute deviation: a standard
+    deviation that a few tail rows cannot move."""
+    centre = np.median(rows, axis=0)
+    spread: FloatArray = MAD_TO_SIGMA * np.median(np.abs(rows - centre), axis=0)
+    return spread
+
+
 def changed(errors: FloatArray) -> bool:
     """Whether the newest CHANGE_RUN rows of (K, 2) relative errors [TTFT, ITL] (oldest first)
     moved away from the older ones (module docstring); needs CHANGE_RUN + CHANGE_BASE finite
@@ -71,8 +79,7 @@ def changed(errors: FloatArray) -> bool:
         return False
     old, new = rows[:-CHANGE_RUN], rows[-CHANGE_RUN:]
     centre = np.median(old, axis=0)
-    spread = MAD_TO_SIGMA * np.median(np.abs(old - centre), axis=0)
-    limit = np.maximum(CHANGE_MIN_SHIFT, CHANGE_SIGMAS * spread)
+    limit = np.maximum(CHANGE_MIN_SHIFT, CHANGE_SIGMAS * robust_spread(old))
     shift = new - centre
     # A level shift, not a trend: the newest points agree with each other (a ramp's windows,
     # still filling the batch, drift further off one after the other).
@@ -160,8 +167,9 @@ def confidence(
     since_change: int | None,
     settle: int,
 ) -> float:
-    """Calibration confidence 0-1 (module docstring). `since_change` counts the updates since
-    the last detected change (None: none seen), `settle` how many it takes to recover."""
+    """Calibration confidence 0-1 (module docstring). `since_change` counts the cycles
+    (updates or idle ones) since the last detected change (None: none seen), `settle` how many
+    it takes to recover."""
     if not has_estimate:
         return 0.0
     share = (3 + identified) / 6.0

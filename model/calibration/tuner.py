@@ -18,8 +18,8 @@ request shape did to it:
   such skips in a row the data decides again (an estimate too slow cannot lock itself out; spec
   §16 #12-14). Cold, `trust.looks_saturated` and `window_fit.without_saturated` keep such
   points out of the first fit;
-- a detected change (`trust.changed`) cuts the window to its newest CHANGE_RUN points, fitted
-  at once with the prior;
+- a detected change (`change_watch`: a CUSUM of each new point's error under the estimate made
+  without it, or `trust.changed`) cuts the window to the points since it, fitted with the prior;
 - identifiability is the per-parameter standard-error test of `model.fit`, not kappa alone.
 """
 
@@ -27,19 +27,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from model.calibration.change_watch import ChangeWatch, points_since_change
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
 from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
 from model.calibration.prior import GENERIC_PRIOR, Prior
 from model.calibration.residuals import FitProblem
-from model.calibration.trust import CHANGE_RUN, ModelBias, changed, looks_saturated, robust_bias
+from model.calibration.trust import CHANGE_RUN, ModelBias, looks_saturated, robust_bias
 from model.calibration.trust import window_itl_load_bias as itl_load_bias
 from model.calibration.verdict import (
     SKIP_MESSAGES,
@@ -49,6 +49,7 @@ from model.calibration.verdict import (
     TunerState,
     TunerStatus,
     judge,
+    parse_enum,
 )
 from model.calibration.window_fit import trimmed, without_saturated
 from model.queueing.params import ServerConfig, ServiceParams
@@ -64,8 +65,6 @@ DEFAULT_SATURATION_FRACTION = 1.0  # of the model's saturation rate; None turns 
 DEFAULT_LOWER_BOUNDS = ServiceParams(1e-2, 1e-6, 1e-10)
 DEFAULT_UPPER_BOUNDS = ServiceParams(1e4, 1e2, 1.0)
 STATE_VERSION = 1
-
-_E = TypeVar("_E", bound=StrEnum)
 
 
 class Tuner:
@@ -127,6 +126,7 @@ class Tuner:
         self.prior = prior
         self.initial = initial
         self._memory = CalibrationMemory()
+        self._watch = ChangeWatch()
         self._window: deque[Observation] = deque(maxlen=self.window_size)
         self._params = initial
         self._state = TunerState.WARMING if initial is None else TunerState.HOLDING
@@ -208,32 +208,36 @@ class Tuner:
         """The prior of the next fit: on steady traffic, a narrow one around the estimate;
         cold, seeded or after a detected change, per parameter centred on the last value the
         data identified, else the seed, else `prior` (`CalibrationMemory.prior`)."""
-        memory = self._memory
-        recovering = memory.since_change is not None and memory.since_change < self.min_observations
+        recovering, bounds = self._recovering(), (self.lower_bounds, self.upper_bounds)
         steady = None if self._fit_count == 0 or recovering else self._params
-        return memory.prior(
-            self.prior, self.initial, (self.lower_bounds, self.upper_bounds), steady
-        )
+        return self._memory.prior(self.prior, self.initial, bounds, steady, recovering=recovering)
 
     @property
     def skipped(self) -> Mapping[SkipReason, int]:
         """Observations kept out of the window so far, per reason."""
         return MappingProxyType(dict(self._skipped))
 
+    def idle(self) -> None:
+        """A cycle passed without a point (the daemon found its window unsteady, e.g. pods
+        came or went): it counts toward a recovery all the same (`CalibrationMemory.tick`)."""
+        self._memory.tick()
+
     def update(self, observation: Observation) -> TunerStatus:
         """Take one cycle's observation; refit the window when it holds enough points."""
         if not isinstance(observation, Observation):
             raise ValueError(f"`observation` must be an Observation, got {observation!r}")
         memory = self._memory
-        if memory.since_change is not None:
-            memory.since_change += 1
+        memory.tick()
         skip = self._skip_reason(observation)
         if skip is not None:
             self._skipped[skip] += 1
             memory.held += self._params is not None
             return self._status(success=False, skipped=skip)
+        began = None
+        if self._params is not None and self._fit_count > 0:
+            began = self._watch.judge(observation, self._params, self.server, self.options)
         self._window.append(observation)
-        self._cut_on_change()
+        self._cut_on_change(began)
         # After a change cut the window, its newest points are fitted at once (with the prior).
         needed = CHANGE_RUN if self._fit_count > 0 else self.min_observations
         if len(self._window) < min(needed, self.min_observations):
@@ -241,9 +245,8 @@ class Tuner:
             return self._status(success=False)
         result, dropped = self._refit()
         self._last_fit = result
-        recovering = self._memory.since_change is not None and len(self._window) < self.window_size
         verdict = judge(
-            result, self.lower_bounds, self.upper_bounds, need_identified=not recovering
+            result, self.lower_bounds, self.upper_bounds, need_identified=not self._recovering()
         )
         accepted = verdict in (TunerReason.ACCEPTED, TunerReason.ACCEPTED_PARTIAL)
         if accepted:
@@ -257,17 +260,21 @@ class Tuner:
         self._reason = verdict
         return self._status(success=accepted, dropped=dropped, result=result)
 
-    def _cut_on_change(self) -> None:
-        """Keep only the newest CHANGE_RUN points when they show the deployment changed."""
-        if self._params is None or self._fit_count == 0 or len(self._window) <= CHANGE_RUN:
+    def _recovering(self) -> bool:
+        """From a detected change until the window is full again (no steady prior then)."""
+        return self._memory.since_change is not None and len(self._window) < self.window_size
+
+    def _cut_on_change(self, began: int | None) -> None:
+        """Keep only the points since a change (`change_watch.points_since_change`), centring
+        the prior on the estimate that judged the first of them (`ChangeWatch.judged_by`)."""
+        if self._params is None or self._fit_count == 0:
             return
-        problem = FitProblem(list(self._window), self.server, self.options)
-        errors, _ = problem.relative_errors(self._params)
-        if changed(errors):
-            newest = list(self._window)[-CHANGE_RUN:]
-            self._window.clear()
-            self._window.extend(newest)
-            self._memory.changed(self._params)
+        window = list(self._window)
+        keep = points_since_change(began, window, self._params, self.server, self.options)
+        if keep is not None:
+            self._window = deque(window[-keep:], maxlen=self.window_size)
+            self._memory.changed(self._watch.judged_by(keep) or self._params)
+            self._watch.reset()
 
     def _skip_reason(self, observation: Observation) -> SkipReason | None:
         if observation.queue_growing:
@@ -360,6 +367,7 @@ class Tuner:
             "params": None if self._params is None else self._params.to_dict(),
             "fit_count": self._fit_count,
             **self._memory.to_dict(),
+            "change_watch": self._watch.to_dict(),
             "skipped": {reason.value: count for reason, count in self._skipped.items()},
             "saturated_run": self._saturated_run,
             "window": [obs.to_dict() for obs in self._window],
@@ -387,8 +395,8 @@ class Tuner:
                 options=ModelOptions.from_dict(cfg["options"]),
                 prior=Prior.from_dict(cfg["prior"]) if "prior" in cfg else GENERIC_PRIOR,
             )
-            state = _enum(TunerState, "state", data["state"])
-            reason = _enum(TunerReason, "reason", data["reason"])
+            state = parse_enum(TunerState, "state", data["state"])
+            reason = parse_enum(TunerReason, "reason", data["reason"])
             params = _params_or_none(data["params"])
             tuner._window.extend(Observation.from_dict(obs) for obs in data["window"])
             last_fit = data["last_fit"]
@@ -396,8 +404,9 @@ class Tuner:
             tuner._fit_count = require_int_at_least("fit_count", data["fit_count"], 0)
             tuner._saturated_run = require_int_at_least("saturated_run", data["saturated_run"], 0)
             tuner._memory = CalibrationMemory.from_dict(data, params)
+            tuner._watch = ChangeWatch.from_dict(data.get("change_watch"))
             for key, count in data["skipped"].items():
-                skip = _enum(SkipReason, "skipped", key)
+                skip = parse_enum(SkipReason, "skipped", key)
                 tuner._skipped[skip] = require_int_at_least(f"skipped.{key}", count, 0)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"`tuner state` is malformed: missing or bad {exc!r}") from exc
@@ -409,10 +418,3 @@ class Tuner:
 
 def _params_or_none(data: Mapping[str, float] | None) -> ServiceParams | None:
     return None if data is None else ServiceParams.from_dict(dict(data))
-
-
-def _enum(cls: type[_E], name: str, value: object) -> _E:
-    if isinstance(value, str) and value in {member.value for member in cls}:
-        return cls(value)
-    allowed = ", ".join(repr(member.value) for member in cls)
-    raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TypeVar
 
 from model.calibration.fit import FitResult, FitStatus
 from model.calibration.observation import Observation
@@ -17,6 +18,8 @@ from model.queueing.params import ServiceParams
 # bound is loose because sizing corrects a consistent error (Tuner.bias); real engines fit to
 # 15-20 % here.
 PARTIAL_MAX_ERROR = 0.25
+
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class TunerState(StrEnum):
@@ -116,3 +119,11 @@ def judge(
     if (any(result.identified) or not need_identified) and worst <= PARTIAL_MAX_ERROR:
         return TunerReason.ACCEPTED_PARTIAL
     return TunerReason.UNIDENTIFIED
+
+
+def parse_enum(cls: type[_E], name: str, value: object) -> _E:
+    """`value` as a member of `cls` (a saved state's field `name`), else a ValueError."""
+    if isinstance(value, str) and value in {member.value for member in cls}:
+        return cls(value)
+    allowed = ", ".join(repr(member.value) for member in cls)
+    raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")

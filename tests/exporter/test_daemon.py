@@ -282,3 +282,32 @@ def test_a_source_with_history_gives_a_window_on_the_first_cycle(fleet) -> None:
     assert status.decision.reason != "first_window" and status.observed_ttft_ms is not None
     daemon.run_cycle()
     assert len(source.asked) == 1  # only before the first read
+
+
+def test_a_recovery_from_a_change_ends_while_pods_churn(fleet) -> None:  # type: ignore[no-untyped-def]
+    # A detected change lowers the confidence until the tuner has seen `min_observations`
+    # cycles since. Windows in which pods come or go feed the tuner no point; when the
+    # recovery counted points alone, a hand-over that churned pods every window (the
+    # reactive count in replay_trace) kept the confidence low forever. Fails without
+    # `Tuner.idle`: since_change stays where the change left it.
+    emulated, clock = fleet
+    daemon = Daemon(config(), {"llama": FleetSource(emulated)}, CollectorRegistry(),
+                    emulated.sim_clock)  # fmt: skip
+    for rate in (2.0, 6.0, 4.0, 8.0, 3.0, 7.0, 5.0):
+        emulated.set_rate_rps(rate)
+        cycles(daemon, emulated, clock, 2)  # the second window at each load is steady
+    tuner = daemon.runtimes["llama"].tuner
+    assert tuner.fit_count > 0 and tuner.to_dict()["since_change"] is None
+    # The deployment slows by half: every metric 1.5x the last points'.
+    for point in list(tuner.window)[-4:]:
+        tuner.update(replace(point, ttft_ms=1.5 * point.ttft_ms, itl_ms=1.5 * point.itl_ms))
+    assert tuner.to_dict()["since_change"] is not None
+    settle, fits = config().deployments[0].tuner.min_observations, tuner.fit_count
+    low = tuner.confidence()
+    assert low < 0.5  # the hand-over to the reactive count
+    for k in range(settle):
+        emulated.set_replicas(3 if k % 2 == 0 else 2)
+        cycles(daemon, emulated, clock, 1)
+    assert tuner.fit_count == fits  # no window was steady enough to fit
+    assert tuner.to_dict()["since_change"] >= settle
+    assert tuner.confidence() >= 0.5

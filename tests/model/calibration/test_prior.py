@@ -147,3 +147,25 @@ def test_after_a_detected_change_every_parameter_is_centred_on_the_estimate_befo
     assert prior.centre.as_tuple() == pytest.approx(before.as_tuple(), rel=1e-12)
     assert prior.log_sigma == pytest.approx((ESTIMATE_LOG_SIGMA,) * 3)
     assert memory.since_change == 0
+
+
+def test_while_recovering_from_a_change_what_was_not_identified_is_held_closer() -> None:
+    # Before the fix the three new points of 128 / 2048 tokens could move gamma by a factor of
+    # e per standard deviation and traded it against alpha (gamma 1/8 of the truth, the
+    # published capacity 2.8x the new truth's); alpha, which the data had identified, stays
+    # free to follow the change.
+    memory = CalibrationMemory()
+    memory.accept(ServiceParams(6.5, 3e-4, 4.4e-5), (True, False, False))
+    memory.changed(ServiceParams(6.5, 3e-4, 4.4e-5))
+    memory.accept(ServiceParams(9.0, 3e-4, 4.4e-5), (False, False, False))  # a 3-point fit
+    bounds = (DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS)
+    recovering = memory.prior(GENERIC_PRIOR, None, bounds, recovering=True)
+    assert recovering.log_sigma == pytest.approx((ESTIMATE_LOG_SIGMA, 0.3, 0.3))
+    assert memory.prior(GENERIC_PRIOR, None, bounds).log_sigma == pytest.approx(
+        (ESTIMATE_LOG_SIGMA,) * 3
+    )
+    again = CalibrationMemory.from_dict(memory.to_dict(), None)
+    assert again.open_at_change == (False, True, True)
+    saved = memory.to_dict()
+    del saved["open_at_change"]  # a state saved before the field existed
+    assert CalibrationMemory.from_dict(saved, None).open_at_change == (False, False, False)

@@ -86,3 +86,41 @@ def test_after_alpha_grows_the_capacity_follows_and_is_never_zero(
     capacity, itl = sized(tuner, light)
     assert itl == pytest.approx(measured, rel=0.10)
     assert measured < ITL_SLO_MS and capacity > light
+
+
+def fed_before_a_change(
+    after: ServiceParams, seed: int, profile_s: float
+) -> tuple[Tuner, list[Observation]]:
+    """1024 / 512 tokens, loads 0.3-0.7 of the old saturation: a tuner fed 20 minutes of the
+    old replica's windows, and the windows of the replica at `after` that follow."""
+    shape = (1024.0, 512.0)
+    rate = saturation_rate_rps(TRUTH, SERVER, *shape)
+    profile = wandering_profile(rate, profile_s, np.random.default_rng(seed), 0.3, 0.7)
+    old = points(simulate_windows(TRUTH, SERVER, shape, profile, 1200.0, seed=seed))
+    new = simulate_windows(after, SERVER, shape, profile, 600.0, seed + 1)
+    tuner = Tuner(SERVER)
+    for obs in old:
+        tuner.update(obs)
+    return tuner, points(shifted(new, 1200.0))
+
+
+def test_after_a_call_the_prior_is_centred_on_the_estimate_before_the_change() -> None:
+    # 1024 / 512 tokens, alpha x1.5 after 20 minutes, called on its third point. By then the
+    # first two were fitted with the steady prior: the estimate had moved gamma (which one
+    # shape leaves open) to trade against alpha. The centre of what the new points leave open
+    # must be the estimate that judged the change's first point; centred on the later one,
+    # the published capacity took 13 windows to follow in bench/tuner_robustness (3 now).
+    tuner, new = fed_before_a_change(SLOWER, seed=21, profile_s=2400.0)
+    before = tuner.params
+    assert before is not None
+    for obs in new[:2]:
+        tuner.update(obs)
+    at_call = tuner.params
+    assert at_call is not None and at_call.gamma_ms > 1.2 * before.gamma_ms
+    tuner.update(new[2])
+    state = tuner.to_dict()
+    assert state["since_change"] == 0  # called on the third point
+    open_now = [k for k in range(3) if not state["identified"][k]]
+    assert 2 in open_now
+    for k in open_now:
+        assert state["anchor"][k] == before.as_tuple()[k]
