@@ -207,6 +207,7 @@ class Daemon:
                 runtime.note_shape(obs)
             except ValueError as exc:
                 logger.warning("%s: unusable request shape: %s", dep.name, exc)
+        runtime.note_rate(obs)
         shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
         runtime.inputs = model_inputs(dep, shape, runtime.workload)
         self._tune(runtime, obs)
@@ -299,7 +300,9 @@ class Daemon:
             return None
         cvs = used_cvs(runtime.config, runtime.traffic.shape)
         try:
-            point = tuner_observation(obs, runtime.config.server.max_batch_size, cvs)
+            point = tuner_observation(
+                obs, runtime.config.server.max_batch_size, cvs, tuple(runtime.rates)
+            )
         except ValueError as exc:
             logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
             self.metrics.observation_problems.labels(

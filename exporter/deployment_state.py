@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +19,14 @@ from exporter.reading.sources import Source
 from exporter.recommender import Recommender, preempted, waiting_queue_grows
 from exporter.traffic import ModelInputs, TrafficTracker
 from model import Observation, ServiceParams, Workload
+from model.calibration.batch_rate import batch_rate_rps, lifetime_s
 from model.calibration.prior import default_prior
 from model.calibration.tuner import Tuner
 
 logger = logging.getLogger(__name__)
 
 SHAPE_WINDOWS = 6  # windows whose request shapes are averaged into the workload sized for
+RATE_WINDOWS = 20  # windows whose arrival rates a tuner point's rate may span
 
 
 @dataclass(slots=True)
@@ -50,6 +52,9 @@ class DeploymentRuntime:
     shapes: deque[tuple[float, float, float]] = field(
         default_factory=lambda: deque(maxlen=SHAPE_WINDOWS)
     )
+    # (per-replica arrival rate, window length in s) of recent windows, oldest first: a tuner
+    # point's rate spans its window and a request lifetime before it.
+    rates: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOWS))
     slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
 
     def __post_init__(self) -> None:
@@ -68,6 +73,11 @@ class DeploymentRuntime:
         rows = np.array(self.shapes)
         n, m = np.average(rows[:, :2], axis=0, weights=rows[:, 2])
         self.workload = Workload(float(n), float(m))
+
+    def note_rate(self, obs: DeploymentObservation) -> None:
+        """Add a window's per-replica arrival rate to the recent ones."""
+        if obs.observed_pods > 0 and obs.window_s > 0:
+            self.rates.append((obs.arrival_rate_rps / obs.observed_pods, obs.window_s))
 
     @property
     def params(self) -> ServiceParams | None:
@@ -90,18 +100,28 @@ def new_tuner(dep: DeploymentConfig, seed: ServiceParams | None = None) -> Tuner
 
 
 def tuner_observation(
-    obs: DeploymentObservation, max_batch_size: int, cvs: Mapping[str, float] | None = None
+    obs: DeploymentObservation,
+    max_batch_size: int,
+    cvs: Mapping[str, float] | None = None,
+    recent_rates: Sequence[tuple[float, float]] = (),
 ) -> Observation | None:
     """The per-replica point a steady, fully observed window gives the tuner, with the workload
-    CVs the model uses for it (`cvs`, by ModelOptions field name); None without latencies or
-    request shape; a ValueError when a value is not usable."""
+    CVs the model uses for it (`cvs`, by ModelOptions field name); its rate spans the window and
+    a request lifetime before it (model/calibration/batch_rate.py) over `recent_rates`
+    ((per-replica rate, window s), oldest first, ending with this window's), or is the window's
+    own without them. None without latencies or request shape; a ValueError when a value is not
+    usable."""
     cvs = cvs or {}
     if obs.ttft_ms is None or obs.itl_ms is None or obs.observed_pods == 0:
         return None
     if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
         return None
+    rate_rps = obs.arrival_rate_rps / obs.observed_pods
+    if recent_rates:
+        life = lifetime_s(obs.ttft_ms, obs.itl_ms, obs.avg_output_tokens)
+        rate_rps = batch_rate_rps(recent_rates, life)
     return Observation(
-        rate_rps=obs.arrival_rate_rps / obs.observed_pods,
+        rate_rps=rate_rps,
         avg_input_tokens=obs.avg_input_tokens,
         avg_output_tokens=obs.avg_output_tokens,
         ttft_ms=obs.ttft_ms,
