@@ -28,9 +28,9 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-import bench.single_shape as single_shape  # noqa: E402
 from bench.closed_loop import deployment_config  # noqa: E402
 from bench.closed_loop_report import Scenario  # noqa: E402
+from bench.single_shape import simulate_windows  # noqa: E402
 from bench.tuner_robustness import SERVER, measure_truth  # noqa: E402
 from exporter.replay.perfect import WindowView  # noqa: E402
 from exporter.replay.policies import OursPolicy  # noqa: E402
@@ -59,10 +59,11 @@ def exact(view: WindowView) -> WindowView:
 
 def run(seed: int, exact_regressors: bool) -> dict[str, Any]:
     """One seeded run: the published capacity per cycle and the final parameters."""
-    single_shape.WINDOW_S, single_shape.SAMPLE_S = WINDOW_S, WINDOW_S
     shape = (float(SCENARIO.input_tokens), float(SCENARIO.output_tokens))
     profile = RateProfile.constant(SCENARIO.base_rps, DURATION_S)
-    views = single_shape.simulate_windows(TRUE, SERVER, shape, profile, DURATION_S, seed)
+    views = simulate_windows(
+        TRUE, SERVER, shape, profile, DURATION_S, seed, window_s=WINDOW_S, sample_s=WINDOW_S
+    )
     if exact_regressors:
         views = [exact(v) for v in views]
     arm = OursPolicy(deployment_config(SCENARIO, 0.0, initial_params=TRUE), WINDOW_S)

@@ -50,8 +50,12 @@ def simulate_windows(
     profile: RateProfile,
     duration_s: float,
     seed: int,
+    *,
+    window_s: float = WINDOW_S,
+    sample_s: float = SAMPLE_S,
 ) -> list[WindowView]:
-    """One replica under `profile` for `duration_s`, one view per WINDOW_S window."""
+    """One replica under `profile` for `duration_s`, one view per `window_s` window, its gauges
+    sampled every `sample_s`."""
     rng = np.random.default_rng(seed)
     n, m = shape
     trace = draw_trace(
@@ -65,16 +69,16 @@ def simulate_windows(
     sim.add_requests(trace)
     views: list[WindowView] = []
     status = sim.replica_status()
-    steps = int(round(WINDOW_S / SAMPLE_S))
-    for k in range(int(duration_s // WINDOW_S)):
-        t0 = k * WINDOW_S
+    steps = int(round(window_s / sample_s))
+    for k in range(int(duration_s // window_s)):
+        t0 = k * window_s
         samples = []
         for j in range(1, steps + 1):
-            sim.run(t0 + j * SAMPLE_S)
+            sim.run(t0 + j * sample_s)
             samples.append(sim.replica_status())
         emitted = sum(r.emitted_tokens for r in sim.drain_records())
         views.append(
-            observe_window(sim.result(), t0, t0 + WINDOW_S, status, samples, emitted_tokens=emitted)
+            observe_window(sim.result(), t0, t0 + window_s, status, samples, emitted_tokens=emitted)
         )
         status = samples[-1]
     return views

@@ -279,12 +279,7 @@ class Daemon:
             return None
         if obs.unobserved_pods:  # the load of some pods is an estimate: not a point to fit
             return None
-        if (
-            obs.ttft_ms is None
-            or obs.itl_ms is None
-            or obs.avg_input_tokens is None
-            or obs.avg_output_tokens is None
-        ):
+        if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
             return None
         if obs.new_pods or obs.gone_pods:
             runtime.unsettled = SETTLE_WINDOWS + 1  # this window and the next ones
