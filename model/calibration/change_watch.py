@@ -45,7 +45,7 @@ import numpy as np
 
 from model.calibration.observation import Observation
 from model.calibration.residuals import FitProblem
-from model.calibration.trust import CHANGE_RUN, changed, robust_spread
+from model.calibration.trust import CHANGE_RUN, FloatArray, changed, robust_spread
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import ModelOptions
 
@@ -63,6 +63,25 @@ THRESHOLD = 7.0
 # windows at 0.71-0.88 erred by -0.29, +0.12, +0.14 in ITL and the next, back at 0.44, by
 # +0.16 (the estimate had moved toward them): four sigma each, called a change.
 WATCH_MAX_LOAD = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Innovation:
+    """A new point's relative errors [TTFT, ITL] and load (of the saturation rate) under
+    `params`, the estimate made without it."""
+
+    errors: FloatArray
+    load: float
+    params: ServiceParams
+
+
+def innovate(
+    observation: Observation, params: ServiceParams, server: ServerConfig, options: ModelOptions
+) -> Innovation:
+    """The observation's Innovation under `params`: one model call, which the tuner's
+    saturation skip and the change watch both read."""
+    errors, load = FitProblem([observation], server, options).relative_errors(params)
+    return Innovation(errors[0], float(load[0]), params)
 
 
 @dataclass(slots=True)
@@ -107,20 +126,12 @@ class ChangeWatch:
         self.spread.append(innovation)
         return called
 
-    def judge(
-        self,
-        observation: Observation,
-        params: ServiceParams,
-        server: ServerConfig,
-        options: ModelOptions,
-    ) -> int | None:
-        """`add` the observation's errors under `params`, the estimate made without it, if
-        its load under `params` is at most WATCH_MAX_LOAD."""
-        errors, load = FitProblem([observation], server, options).relative_errors(params)
-        if not load[0] <= WATCH_MAX_LOAD:
+    def judge(self, innovation: Innovation) -> int | None:
+        """`add` a new point's innovation if its load is at most WATCH_MAX_LOAD."""
+        if not innovation.load <= WATCH_MAX_LOAD:
             return None
-        self.judges.append(params)
-        return self.add(float(errors[0, 0]), float(errors[0, 1]))
+        self.judges.append(innovation.params)
+        return self.add(float(innovation.errors[0]), float(innovation.errors[1]))
 
     def judged_by(self, newest: int) -> ServiceParams | None:
         """The estimate that judged the oldest of the `newest` points, if still known: the

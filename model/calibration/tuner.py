@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from model.calibration.change_watch import ChangeWatch, points_since_change
+from model.calibration.change_watch import ChangeWatch, Innovation, innovate, points_since_change
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
 from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
@@ -228,14 +228,16 @@ class Tuner:
             raise ValueError(f"`observation` must be an Observation, got {observation!r}")
         memory = self._memory
         memory.tick()
-        skip = self._skip_reason(observation)
+        params = self._params if self._fit_count > 0 else None
+        innovation = (
+            None if params is None else innovate(observation, params, self.server, self.options)
+        )
+        skip = self._skip_reason(observation, innovation)
         if skip is not None:
             self._skipped[skip] += 1
             memory.held += self._params is not None
             return self._status(success=False, skipped=skip)
-        began = None
-        if self._params is not None and self._fit_count > 0:
-            began = self._watch.judge(observation, self._params, self.server, self.options)
+        began = None if innovation is None else self._watch.judge(innovation)
         self._window.append(observation)
         self._cut_on_change(began)
         # After a change cut the window, its newest points are fitted at once (with the prior).
@@ -276,17 +278,15 @@ class Tuner:
             self._memory.changed(self._watch.judged_by(keep) or self._params)
             self._watch.reset()
 
-    def _skip_reason(self, observation: Observation) -> SkipReason | None:
-        if observation.queue_growing:
+    def _skip_reason(self, obs: Observation, fitted: Innovation | None) -> SkipReason | None:
+        if obs.queue_growing:
             return SkipReason.QUEUE_GROWING
         if self.saturation_fraction is None:
             return None
-        if self._params is None or self._fit_count == 0:
-            centre = self.current_prior().centre
-            cold = looks_saturated(observation, centre, self.server, self.options)
+        if fitted is None:
+            cold = looks_saturated(obs, self.current_prior().centre, self.server, self.options)
             return SkipReason.SATURATED if cold else None
-        _, load = FitProblem([observation], self.server, self.options).relative_errors(self._params)
-        if load[0] < self.saturation_fraction:
+        if fitted.load < self.saturation_fraction:
             self._saturated_run = 0
             return None
         if self._saturated_run >= self.window_size:
