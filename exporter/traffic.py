@@ -155,9 +155,7 @@ class TrafficTracker:
 
     def _kv_output_cv2(self) -> float | None:
         """cv_m^2 from the KV held over the kept windows and their token means."""
-        context = KvContext(0.0, 0.0)
-        for entry in self._kv:
-            context = context + entry.context
+        context = sum((entry.context for entry in self._kv), KvContext(0.0, 0.0))
         inputs = sum(e.prompts.count for e in self._kv)
         outputs = sum(e.outputs.count for e in self._kv)
         if inputs <= 0 or outputs <= 0:

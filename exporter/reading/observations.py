@@ -295,7 +295,7 @@ def _in_flight(samples: Iterable[PodSample]) -> float | None:
 
 def _sum_kv_contexts(pods: list[PodObservation]) -> KvContext | None:
     contexts = [p.kv_context for p in pods if p.kv_context is not None]
-    return sum(contexts[1:], contexts[0]) if contexts else None
+    return sum(contexts, KvContext(0.0, 0.0)) if contexts else None
 
 
 def _sum_deltas(pods: list[PodObservation]) -> dict[HistogramName, HistogramTotals]:
