@@ -12,7 +12,7 @@ from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
 from exporter.emulation.emulator_metrics import length_histogram
 from exporter.reading.arrival_sampler import SAMPLE_PERIOD_S, index_of_dispersion
 from model.calibration.histogram import length_cv
-from model.calibration.kv_context import KvContext, combined_output_cv, kv_output_cv2
+from model.calibration.kv_context import KvContext
 from model.simulation.simulator import SimResult, Simulator
 
 # A run whose last tenth of arrivals waits this many times longer than the first tenth: the
@@ -46,14 +46,6 @@ def run_reading_kv(sim: Simulator, start_s: float, end_s: float, until_s: float)
             context = context + KvContext(float(replica.kv_tokens), float(replica.running))
         read_s += WINDOW_S
     return sim.run(until_s=until_s), context
-
-
-def tracked_output_cv(tokens: np.ndarray, input_tokens: np.ndarray, kv: KvContext) -> float:
-    """The output CV the traffic tracker gives: the histogram's, raised to the KV reading's
-    where that is higher (model.calibration.kv_context)."""
-    kv_cv2 = kv_output_cv2(kv, float(np.mean(input_tokens)), float(np.mean(tokens)))
-    cv = combined_output_cv(histogram_cv(tokens), kv_cv2)
-    return math.nan if cv is None else cv
 
 
 def dispersion_cv(first_token_s: np.ndarray, start_s: float, end_s: float) -> float:

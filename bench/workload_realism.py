@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from model import PAPER_MODEL, FirstToken, Workload, analyze, max_rate_for_slo
-from model.calibration.kv_context import kv_output_cv2
+from model.calibration.kv_context import combined_output_cv, kv_output_cv2
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 from model.simulation.modulation import modulated_profile
@@ -61,7 +61,6 @@ from bench.realism_readings import (  # noqa: E402
     grew,
     histogram_cv,
     run_reading_kv,
-    tracked_output_cv,
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -193,8 +192,10 @@ def replay(law: Law, n: int, m: int, load: float, trace: RequestTrace, margin_s:
     hit = float(cached.sum() / res.input_tokens[keep].sum())
     m_in = histogram_cv(res.input_tokens[keep])
     histogram_output_cv = histogram_cv(res.output_tokens[keep])
-    m_out = tracked_output_cv(res.output_tokens[keep], res.input_tokens[keep], kv)
     kv_cv2 = kv_output_cv2(kv, seen.avg_input_tokens, seen.avg_output_tokens)
+    # The tracker's output CV: the histogram's, raised to the KV reading's where that is higher.
+    tracked = combined_output_cv(histogram_output_cv, kv_cv2)
+    m_out = math.nan if tracked is None else tracked
     m_arr = dispersion_cv(res.first_token_s, margin_s, margin_s + span_s)
     measured = options_for(m_in, m_out, m_arr, hit)
 
