@@ -22,14 +22,19 @@ so two tail windows, or the return from a few windows the estimate lagged behind
 3-4 sigma each and were called changes (and each call's reset made the next scale from 5
 points: calls at points 35, 47 and 61 of that trace's 93, none with this history).
 
-A change is called when S+ or S- exceeds THRESHOLD on either metric and the newest CHANGE_RUN
-points all lie beyond DATE_MARGIN on that side: a change persists, while the tail windows of
-heavy-tailed traffic come alone or in pairs (on that trace a sum of 7.4 from two TTFT windows
-at -0.5 and -0.2 after a few at -0.1). It began with the oldest of those newest points beyond
-DATE_MARGIN (not where the sum last was 0: a sum that lingered a little above 0 before the
-change would date it too early; nor ALLOWANCE: an ordinary point 1.2 sigma off just before
-alpha x1.5 at 1024/512 tokens joined the points kept, and the capacity took 18 windows to
-follow, 13 without it; 3 with `judged_by`'s anchor too), and the tuner keeps only those.
+A change is called when S+ or S- exceeds THRESHOLD on either metric and, on that side, the
+newest point and at least CHANGE_RUN of the newest RUN_SPAN lie beyond DATE_MARGIN: a change
+persists, while the tail windows of heavy-tailed traffic come alone or in pairs (on that trace
+a sum of 7.4 from two TTFT windows at -0.5 and -0.2 after a few at -0.1). One of them may fall
+short because the estimate follows each new point part of the way: at 128/2048 tokens, every
+parameter / 1.1, the third innovation was 1.9 sigma out, three in a row were never seen, and
+the old points' slope held the published capacity at 0.75-0.88x the new truth's for 15
+windows. It began with the oldest of those points beyond DATE_MARGIN that the next one joins
+(not a lone point before the gap; not where the sum last was 0: a sum that lingered a little
+above 0 before the change would date it too early; nor ALLOWANCE: an ordinary point 1.2
+sigma off just before alpha x1.5 at 1024/512 tokens joined the points kept, and the capacity
+took 18 windows to follow, 13 without it; 3 with `judged_by`'s anchor too), and the tuner
+keeps only those.
 Z_CLIP bounds what one point adds: two 10x TTFT spikes (each +Z_CLIP - ALLOWANCE) stay below
 THRESHOLD, while a shift of a few sigma on every new point is called on its third.
 """
@@ -54,9 +59,10 @@ WATCH_MIN_HISTORY = 5  # ... at least this many before a change can be called
 SCALE_HISTORY = 40  # innovations the spread is read from, across calls
 SIGMA_FLOOR = 0.02
 ALLOWANCE = 1.0  # in sigmas: a drift below this never accumulates
-DATE_MARGIN = 2.0  # in sigmas: the change began with the newest points all beyond this
+DATE_MARGIN = 2.0  # in sigmas: the points of a change lie beyond this
 Z_CLIP = 4.0
 THRESHOLD = 7.0
+RUN_SPAN = CHANGE_RUN + 1  # newest points the run is read from: one of them may fall short
 # Above this load (of the estimate's saturation rate) a point is not judged: a 30 s window
 # there is no steady state (the backlog it starts with, and the rate's Poisson noise amplified
 # by the queue, move its mean latency more than any parameter). In bench/replay_trace three
@@ -92,7 +98,10 @@ class ChangeWatch:
     spread: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=SCALE_HISTORY))
     upper: list[float] = field(default_factory=lambda: [0.0, 0.0])
     lower: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    streak: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # newest points beyond
+    # Per side (TTFT up, ITL up, TTFT down, ITL down): were the newest points beyond?
+    beyond: list[deque[bool]] = field(
+        default_factory=lambda: [deque(maxlen=RUN_SPAN) for _ in range(4)]
+    )
     # The estimate each of the newest points was judged by, oldest first (not saved: a
     # restored tuner anchors a change on its current estimate).
     judges: deque[ServiceParams] = field(default_factory=lambda: deque(maxlen=WATCH_HISTORY))
@@ -113,12 +122,10 @@ class ChangeWatch:
                 self.upper[k] = max(0.0, self.upper[k] + z[k] - ALLOWANCE)
                 self.lower[k] = max(0.0, self.lower[k] - z[k] - ALLOWANCE)
             for k, side in enumerate((z[0], z[1], -z[0], -z[1])):
-                self.streak[k] = self.streak[k] + 1 if side > DATE_MARGIN else 0
+                self.beyond[k].append(bool(side > DATE_MARGIN))
             sums = self.upper + self.lower
-            # A change persists: its newest CHANGE_RUN points all lie beyond DATE_MARGIN.
-            over = [n for n, total in zip(self.streak, sums, strict=True) if total > THRESHOLD]
-            if over and max(over) >= CHANGE_RUN:
-                called = max(over)
+            runs = [_run(f) for f, sum_ in zip(self.beyond, sums, strict=True) if sum_ > THRESHOLD]
+            called = max(runs, default=0) or None
         if called is not None:
             self._restart()  # the new estimate's innovations describe the changed deployment
         else:
@@ -150,7 +157,9 @@ class ChangeWatch:
 
     def _restart(self) -> None:
         self.history.clear()
-        self.upper, self.lower, self.streak = [0.0, 0.0], [0.0, 0.0], [0, 0, 0, 0]
+        self.upper, self.lower = [0.0, 0.0], [0.0, 0.0]
+        for flags in self.beyond:
+            flags.clear()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,7 +167,7 @@ class ChangeWatch:
             "spread": [list(row) for row in self.spread],
             "upper": list(self.upper),
             "lower": list(self.lower),
-            "streak": list(self.streak),
+            "beyond": [list(flags) for flags in self.beyond],
         }
 
     @classmethod
@@ -174,10 +183,27 @@ class ChangeWatch:
         watch.spread.extend((float(a), float(b)) for a, b in spread)
         watch.upper = [float(v) for v in data["upper"]]
         watch.lower = [float(v) for v in data["lower"]]
-        watch.streak = [int(v) for v in data["streak"]]
-        if len(watch.upper) != 2 or len(watch.lower) != 2 or len(watch.streak) != 4:
+        # A state saved before: each side's count of newest points beyond in a row.
+        flags = data.get("beyond") or [[True] * int(n) for n in data["streak"]]
+        if len(watch.upper) != 2 or len(watch.lower) != 2 or len(flags) != 4:
             raise ValueError(f"`change_watch` is malformed, got {dict(data)!r}")
+        for side, row in zip(watch.beyond, flags, strict=True):
+            side.extend(bool(v) for v in row)
         return watch
+
+
+def _run(flags: deque[bool]) -> int:
+    """Newest points since the change began when they show one, else 0: counted from the oldest
+    point beyond that the next one joins (a lone point before a gap is the old deployment's
+    noise), with at least CHANGE_RUN points beyond from there and the newest among them."""
+    if not flags or not flags[-1]:
+        return 0
+    seen = list(flags)
+    for start, beyond in enumerate(seen):
+        joined = start == len(seen) - 1 or seen[start + 1]
+        if beyond and joined and sum(seen[start:]) >= CHANGE_RUN:
+            return len(seen) - start
+    return 0
 
 
 def points_since_change(

@@ -37,6 +37,18 @@ def test_a_ten_percent_faster_engine_is_called_within_three_points() -> None:
     assert len(watch.history) == 0  # starts over
 
 
+def test_a_change_whose_third_point_falls_short_is_called_and_dated_at_its_first() -> None:
+    # The estimate follows each new point part of the way, so the third innovation of a real
+    # change can fall just short of the dating margin (128 / 2048 tokens, every parameter
+    # / 1.1: ITL innovations about 4, 3.6, 1.9 and 4 sigmas above the centre). Requiring
+    # three in a row never called it, and the old points' slope stayed in the window.
+    watch = ChangeWatch()
+    steady(watch, 20, noise=0.005)  # sigma at its 2 % floor
+    called = [watch.add(0.0, itl) for itl in (0.10, 0.10, 0.035, 0.10)]
+    assert called == [None, None, None, 4]
+    assert len(watch.history) == 0
+
+
 def test_a_point_slightly_off_before_the_change_is_not_dated_into_it() -> None:
     watch = ChangeWatch()
     steady(watch, 20, noise=0.005)  # sigma at its floor, 2 %
@@ -62,6 +74,15 @@ def test_state_round_trip() -> None:
     again = ChangeWatch.from_dict(watch.to_dict())
     assert again.to_dict() == watch.to_dict()
     assert ChangeWatch.from_dict(None).to_dict() == ChangeWatch().to_dict()
+
+
+def test_a_state_saved_with_streak_counts_loads() -> None:
+    # Before a run could have a gap, each side kept its count of newest points beyond in a row.
+    saved = ChangeWatch().to_dict()
+    del saved["beyond"]
+    saved["streak"] = [0, 2, 0, 7]
+    watch = ChangeWatch.from_dict(saved)
+    assert [list(flags) for flags in watch.beyond] == [[], [True, True], [], [True] * 4]
 
 
 def test_the_spread_outlives_a_call() -> None:
