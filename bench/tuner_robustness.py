@@ -233,10 +233,13 @@ def run_scenario(scenario: Scenario, duration_s: float) -> dict[str, Any]:
     runs["two 10x TTFT spikes"] = drive(scenario, spiked, None, ref_rps)
     half = len(views) // 2
     changed_truth: dict[str, Truth] = {}
+    controls: dict[str, dict[str, list[Any]]] = {}
     for name, params in CHANGES.items():
         later = simulate_windows(params, SERVER, shape, profile, duration_s / 2, SEED + 1)
         combined = views[:half] + shifted(later, half * WINDOW_S)
         runs[name] = drive(scenario, combined, None, ref_rps)
+        # The control: a tuner that only ever saw the changed replica, on the same windows.
+        controls[name] = drive(scenario, later, None, ref_rps)
         changed_truth[name] = measure_truth(params, scenario, SEED + 200)
     figures: dict[str, Any] = {"truth": asdict(truth), "changed_truth": {}}
     for name, run in runs.items():
@@ -259,6 +262,10 @@ def run_scenario(scenario: Scenario, duration_s: float) -> dict[str, Any]:
             figures[name]["windows_to_follow"] = windows_to_follow(run, half, changed_truth[name])
             figures[name]["share_within_10pct_after_5"] = share_within(
                 run, half + SETTLE, changed_truth[name]
+            )
+            control = controls[name]
+            figures[name]["control_share_within_10pct"] = share_within(
+                control, first_estimate(control) + SETTLE, changed_truth[name]
             )
     clean, spiked_run = runs["cold"]["ttft_ms"], runs["two 10x TTFT spikes"]["ttft_ms"]
     figures["two 10x TTFT spikes"]["max_ttft_prediction_move"] = max(
