@@ -45,6 +45,7 @@ MAX_TIMEOUT_S = 3600.0
 # The HPA's own limit for a stabilization window; the history holds one entry per cycle of it.
 MAX_STABILIZATION_S = 3600.0
 MAX_IDLE_S = 86_400.0  # scale_from_zero.idle_s: a day without demand
+MAX_RATE_MARGIN_SIGMAS = 10.0  # beyond this the margin is no statistics, only over-provisioning
 MAX_QUERY_CHARS = 4096  # scale_from_zero.demand_query: a real one is a line
 # A fit evaluates the model on a table of tuner.window x (max_num_seqs + max_queue_size) floats,
 # several times over: 2**20 cells is ~70 MiB and ~0.1 s per evaluation (100 million max_num_seqs
@@ -138,6 +139,11 @@ class ScaleFromZeroConfig:
     demand: DemandKind = DemandKind.RATE
 
 
+# One standard error of a window's arrival count: a rate measured at a replica boundary is under
+# it half the time; with this margin about one window in six (bench/closed_loop.py).
+DEFAULT_RATE_MARGIN_SIGMAS = 1.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeploymentConfig:
     """One vLLM deployment to observe, calibrate and size."""
@@ -151,6 +157,8 @@ class DeploymentConfig:
     max_replicas: int = 10
     scale_down_stabilization_s: float = DEFAULT_STABILIZATION_S
     look_ahead_s: float = 0.0  # size for the load trend this far ahead (0 = the current load)
+    # Size for the window's arrival rate plus this many standard errors of its count.
+    rate_margin_sigmas: float = DEFAULT_RATE_MARGIN_SIGMAS
     initial_params: ServiceParams | None = None
     accelerator: Accelerator | None = None  # with model.architecture: the physical prior
     tuner: TunerConfig = field(default_factory=TunerConfig)

@@ -13,6 +13,7 @@ from exporter.config import (
     DEFAULT_MAX_RESPONSE_MIB,
     DEFAULT_MIN_OBSERVATIONS,
     DEFAULT_PROMETHEUS_TIMEOUT_S,
+    DEFAULT_RATE_MARGIN_SIGMAS,
     DEFAULT_SCRAPE_TIMEOUT_S,
     DEFAULT_STABILIZATION_S,
     DEFAULT_WINDOW,
@@ -22,6 +23,7 @@ from exporter.config import (
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
     MAX_QUEUE_SIZE,
+    MAX_RATE_MARGIN_SIGMAS,
     MAX_RESPONSE_MIB,
     MAX_STABILIZATION_S,
     MAX_TIMEOUT_S,
@@ -196,6 +198,7 @@ _DEPLOYMENT_KEYS = {
     "replicas",
     "scale_down_stabilization_s",
     "look_ahead_s",
+    "rate_margin_sigmas",
     "initial_params",
     "accelerator",
     "tuner",
@@ -237,6 +240,14 @@ def _deployment(
         "must be a number >= 0 (seconds)",
         0.0,
     )
+    margin = r.get(
+        m,
+        "rate_margin_sigmas",
+        path,
+        number(0.0, MAX_RATE_MARGIN_SIGMAS, inclusive=True),
+        f"must be a number >= 0 and <= {MAX_RATE_MARGIN_SIGMAS:g} (standard errors)",
+        DEFAULT_RATE_MARGIN_SIGMAS,
+    )
     initial = initial_params(r, m.get("initial_params"), f"{path}.initial_params")
     tuner = _tuner(r, m.get("tuner"), f"{path}.tuner", server)
     options = model_options(r, m.get("model"), f"{path}.model")
@@ -253,6 +264,7 @@ def _deployment(
         max_replicas=high,
         scale_down_stabilization_s=window,
         look_ahead_s=look_ahead,
+        rate_margin_sigmas=margin,
         model=options,
         pinned_inputs=frozenset(k for k in CV_KEYS if k in (m.get("model") or {})),
         initial_params=initial,

@@ -112,7 +112,8 @@ class Decision:
     current_replicas: int | None
     model_replicas: int | None  # the model's count before bounds and stabilization
     arrival_rate_rps: float | None
-    sizing_rate_rps: float | None  # the rate sized for: arrival, or its trend look_ahead_s ahead
+    # The rate sized for: arrival (or its trend look_ahead_s ahead) plus its margin.
+    sizing_rate_rps: float | None
     max_rate_per_replica_rps: float | None  # SLO capacity of one replica
     saturation_rate_per_replica_rps: float | None
     predicted_ttft_ms: float | None  # at the current load on the current replicas
@@ -148,6 +149,15 @@ def slo_headroom_ratio(decision: Decision) -> float | None:
     if rate * MAX_HEADROOM_RATIO <= total:
         return MAX_HEADROOM_RATIO
     return total / rate
+
+
+def rate_margin_rps(rate_rps: float, window_s: float, arrival_cv: float, sigmas: float) -> float:
+    """`sigmas` standard errors of a rate counted over `window_s` (req/s): a renewal process's
+    count over a window has variance about arrival_cv^2 x its mean. The margin shrinks as
+    1 / sqrt(count) relative to the rate: 6 % at 300 requests a window, 2 % at 3000."""
+    if rate_rps <= 0 or window_s <= 0:
+        return 0.0
+    return sigmas * arrival_cv * math.sqrt(rate_rps / window_s)
 
 
 class Recommender:
@@ -266,7 +276,10 @@ class Recommender:
                 wanted = current
                 reason = Reason.TUNER_WARMING if params is None else Reason.NO_WORKLOAD
             return self._stabilized(now_s, wanted, None, reason, current, rate)
-        sizing_rate = self.projected_rate(rate)
+        arrival_cv = (inputs.options if inputs is not None else dep.model).arrival_cv
+        sizing_rate = self.projected_rate(rate) + rate_margin_rps(
+            rate, obs.window_s, arrival_cv, dep.rate_margin_sigmas
+        )
         outlook = forecast(
             dep, params, workload, bias, size_for_rps=sizing_rate,
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,

@@ -88,6 +88,10 @@ BAD_DEPLOYMENT = [
     ({"tuner": {"window": 2}}, r"deployments\[0\].tuner.window: must be an integer >= 3 .*got 2"),
     ({"scale_down_stabilization_s": "5m"}, r"scale_down_stabilization_s: must be a number >= 0"),
     ({"look_ahead_s": -1}, r"deployments\[0\].look_ahead_s: must be a number >= 0"),
+    (
+        {"rate_margin_sigmas": 12},
+        r"deployments\[0\].rate_margin_sigmas: must be a number >= 0 and <= 10 .*got 12",
+    ),
     ({"model": {"variant": "fancy"}}, r"model.variant: must be one of paper, refined, got 'fancy'"),
     ({"model": {"arrival_cv": -0.5}}, r"model.arrival_cv: must be a number >= 0"),
     (

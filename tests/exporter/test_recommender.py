@@ -15,7 +15,7 @@ import pytest
 from exporter.config import DeploymentConfig, SloConfig, SourceConfig
 from exporter.reading.observations import DeploymentObservation, ObservationStatus
 from exporter.reading.saturation import Saturation
-from exporter.recommender import Reason, Recommender, preempted, saturated
+from exporter.recommender import Reason, Recommender, preempted, rate_margin_rps, saturated
 from exporter.traffic import ModelInputs
 from model import (
     PAPER_MODEL,
@@ -49,6 +49,9 @@ def deployment(**overrides: object) -> DeploymentConfig:
         "max_replicas": 6,
         "scale_down_stabilization_s": 300.0,
         "model": PAPER_MODEL,
+        # Counts sized at the measured rate itself, so the expectations are Table III's; the
+        # margin has its own tests.
+        "rate_margin_sigmas": 0.0,
     }
     values.update(overrides)
     return DeploymentConfig(**values)  # type: ignore[arg-type]
@@ -214,6 +217,35 @@ def test_look_ahead_sizes_for_the_rising_trend() -> None:
     for k in range(4):
         last = falling.decide(30.0 * k, observation((3.0 - 0.5 * k) * CAPACITY, 3), LLAMA, SHAPE)
     assert last.sizing_rate_rps == pytest.approx(1.5 * CAPACITY)
+
+
+def test_a_rate_just_under_a_replica_boundary_is_sized_with_its_counting_margin() -> None:
+    # 2 capacities less 1 % over a 30 s window: about 480 requests, a standard error of 4.6 %.
+    # At the point estimate 2 replicas suffice; one standard error above it they do not.
+    rate = 0.99 * 2 * CAPACITY
+    sigma = math.sqrt(rate / 30.0)
+    bare = Recommender(deployment()).decide(0.0, observation(rate, 2), LLAMA, SHAPE)
+    margin = Recommender(deployment(rate_margin_sigmas=1.0)).decide(
+        0.0, observation(rate, 2), LLAMA, SHAPE
+    )
+    assert bare.desired_replicas == 2 and bare.sizing_rate_rps == pytest.approx(rate)
+    assert margin.desired_replicas == 3
+    assert margin.sizing_rate_rps == pytest.approx(rate + sigma)
+    # Bursty arrivals (a measured CV of 2) count with twice the standard error.
+    bursty = ModelInputs(replace(PAPER_MODEL, arrival_cv=2.0), SERVER)
+    wider = Recommender(deployment(rate_margin_sigmas=1.0)).decide(
+        0.0, observation(rate, 2), LLAMA, SHAPE, inputs=bursty
+    )
+    assert wider.sizing_rate_rps == pytest.approx(rate + 2.0 * sigma)
+
+
+def test_the_counting_margin_shrinks_with_the_count() -> None:
+    # Relative to the rate, one standard error is 1 / sqrt(count): 10x the requests, 1/sqrt(10).
+    small = rate_margin_rps(10.0, 30.0, 1.0, 1.0) / 10.0
+    large = rate_margin_rps(100.0, 30.0, 1.0, 1.0) / 100.0
+    assert small == pytest.approx(1.0 / math.sqrt(300.0))
+    assert large == pytest.approx(small / math.sqrt(10.0))
+    assert rate_margin_rps(0.0, 30.0, 1.0, 1.0) == 0.0
 
 
 def test_growing_queue_adds_a_replica_even_while_the_tuner_warms() -> None:
