@@ -49,6 +49,7 @@ bench: venv
 	$(PY) bench/closed_loop.py
 	$(PY) bench/replay_trace.py
 	$(PY) bench/short_windows.py
+	$(PY) bench/tuner_robustness.py
 
 # A real vLLM (CPU build) on loopback; its virtualenv, model and logs are cached in
 # bench/real_vllm/cache/ (first run: about 2 min to install, 3.4 GB).
