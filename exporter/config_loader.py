@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,16 @@ _DEPLOYMENT_KEYS = {
 }
 
 
+def _up_to(
+    r: KeyReader, m: Mapping[str, Any], path: str, key: str, high: float, unit: str, default: float
+) -> float:
+    """An optional number in [0, high] (in `unit`)."""
+    return r.get(
+        m, key, path, number(0.0, high, inclusive=True),
+        f"must be a number >= 0 and <= {high:g} ({unit})", default,
+    )  # fmt: skip
+
+
 def _deployment(
     r: KeyReader, node: Any, path: str, prometheus: PrometheusConfig | None
 ) -> DeploymentConfig | None:
@@ -224,14 +235,10 @@ def _deployment(
     server = _server(r, m.get("server"), f"{path}.server")
     slo = parse_slo(r, m, path)
     low, high, zero = replica_bounds(r, m, path, source)
-    window = r.get(
-        m,
-        "scale_down_stabilization_s",
-        path,
-        number(0.0, MAX_STABILIZATION_S, inclusive=True),
-        f"must be a number >= 0 and <= {MAX_STABILIZATION_S:g} (seconds)",
+    window = _up_to(
+        r, m, path, "scale_down_stabilization_s", MAX_STABILIZATION_S, "seconds",
         DEFAULT_STABILIZATION_S,
-    )
+    )  # fmt: skip
     look_ahead = r.get(
         m,
         "look_ahead_s",
@@ -240,14 +247,10 @@ def _deployment(
         "must be a number >= 0 (seconds)",
         0.0,
     )
-    margin = r.get(
-        m,
-        "rate_margin_sigmas",
-        path,
-        number(0.0, MAX_RATE_MARGIN_SIGMAS, inclusive=True),
-        f"must be a number >= 0 and <= {MAX_RATE_MARGIN_SIGMAS:g} (standard errors)",
+    margin = _up_to(
+        r, m, path, "rate_margin_sigmas", MAX_RATE_MARGIN_SIGMAS, "standard errors",
         DEFAULT_RATE_MARGIN_SIGMAS,
-    )
+    )  # fmt: skip
     initial = initial_params(r, m.get("initial_params"), f"{path}.initial_params")
     tuner = _tuner(r, m.get("tuner"), f"{path}.tuner", server)
     options = model_options(r, m.get("model"), f"{path}.model")
