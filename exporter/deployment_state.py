@@ -76,8 +76,9 @@ class DeploymentRuntime:
 
     def note_rate(self, obs: DeploymentObservation) -> None:
         """Add a window's per-replica arrival rate to the recent ones."""
-        if obs.observed_pods > 0 and obs.window_s > 0:
-            self.rates.append((obs.arrival_rate_rps / obs.observed_pods, obs.window_s))
+        per_pod = obs.arrival_rate_per_pod_rps
+        if per_pod is not None and obs.window_s > 0:
+            self.rates.append((per_pod, obs.window_s))
 
     @property
     def params(self) -> ServiceParams | None:
@@ -112,11 +113,11 @@ def tuner_observation(
     own without them. None without latencies or request shape; a ValueError when a value is not
     usable."""
     cvs = cvs or {}
-    if obs.ttft_ms is None or obs.itl_ms is None or obs.observed_pods == 0:
+    rate_rps = obs.arrival_rate_per_pod_rps  # None without an observed pod
+    if obs.ttft_ms is None or obs.itl_ms is None or rate_rps is None:
         return None
     if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
         return None
-    rate_rps = obs.arrival_rate_rps / obs.observed_pods
     if recent_rates:
         life = lifetime_s(obs.ttft_ms, obs.itl_ms, obs.avg_output_tokens)
         rate_rps = batch_rate_rps(recent_rates, life)

@@ -180,3 +180,17 @@ def test_a_tuner_point_is_at_its_windows_arrival_rate() -> None:
     window = replace(observation(3.0, 2), completion_rate_rps=1.0)
     point = tuner_observation(window, SERVER.max_batch_size)
     assert point is not None and point.rate_rps == pytest.approx(1.5)
+
+
+def test_a_window_with_an_unobserved_pod_spans_every_pod_in_the_recent_rates() -> None:
+    # 3 req/s over three pods, one of them not read (its share is the observed pods' scaled
+    # up): 1 req/s per pod. Divided by the two observed pods alone it was 1.5, and the tuner
+    # points whose rate spans this window read a load the batch never saw.
+    dep = DeploymentConfig(
+        name="llama", model_name="llama", source=SourceConfig(scrape_urls=("http://x:1/",)),
+        server=SERVER, slo=SloConfig(itl_ms=ITL_SLO_MS),
+    )  # fmt: skip
+    runtime = _runtime(dep)
+    runtime.note_rate(replace(observation(3.0, 2), unobserved_pods=1))
+    runtime.note_rate(observation(2.0, 2))
+    assert list(runtime.rates) == [pytest.approx((1.0, 30.0)), pytest.approx((1.0, 30.0))]
