@@ -177,20 +177,23 @@ def out_of_bounds(run: dict[str, list[Any]]) -> int:
     )
 
 
+def within(run: dict[str, list[Any]], start: int, truth: Truth) -> list[bool]:
+    """Per cycle from `start` on: the published capacity is within 10 % of the truth's."""
+    caps = run["capacity_rps"][start:]
+    return [c is not None and abs(c / truth.capacity_rps - 1) <= 0.10 for c in caps]
+
+
 def windows_to_follow(run: dict[str, list[Any]], start: int, truth: Truth) -> int | None:
     """Windows after `start` until the capacity is within 10 % of the truth's and stays."""
-    caps = run["capacity_rps"][start:]
-    for k in range(len(caps)):
-        if all(c is not None and abs(c / truth.capacity_rps - 1) <= 0.10 for c in caps[k:]):
-            return k
-    return None
+    inside = within(run, start, truth)
+    return next((k for k in range(len(inside)) if all(inside[k:])), None)
 
 
 def share_within(run: dict[str, list[Any]], start: int, truth: Truth) -> float:
     """Share of the cycles from `start` on whose capacity is within 10 % of the truth's: a run
     can follow a change and later drift off it, which `windows_to_follow` alone does not tell."""
-    caps = run["capacity_rps"][start:]
-    return sum(c is not None and abs(c / truth.capacity_rps - 1) <= 0.10 for c in caps) / len(caps)
+    inside = within(run, start, truth)
+    return sum(inside) / len(inside)
 
 
 def seeded_accuracy(

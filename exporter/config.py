@@ -139,8 +139,9 @@ class ScaleFromZeroConfig:
     demand: DemandKind = DemandKind.RATE
 
 
-# One standard error of a window's arrival count: a rate measured at a replica boundary is under
-# it half the time; with this margin about one window in six (bench/closed_loop.py).
+# One standard error of a window's arrival count: sized at the measured rate, a true rate at a
+# replica boundary is under-provisioned half the time; one standard error above it, about one
+# window in six.
 DEFAULT_RATE_MARGIN_SIGMAS = 1.0
 
 
