@@ -55,14 +55,13 @@ from bench.closed_loop_report import (  # noqa: E402
     print_table,
     spread,
     table_columns,
-    window_gaps,
 )
 from exporter.config import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
 from exporter.replay.arrivals import DrawnArrivals  # noqa: E402
 from exporter.replay.engine import ApplyAsIs, Engine, FleetSettings  # noqa: E402
 from exporter.replay.engine import Arm as EngineArm  # noqa: E402
 from exporter.replay.exposition import PerfectObserver  # noqa: E402
-from exporter.replay.perfect import KV_CAPACITY_TOKENS  # noqa: E402
+from exporter.replay.perfect import KV_CAPACITY_TOKENS, window_gaps  # noqa: E402
 from exporter.replay.policies import OursPolicy, ThroughputPolicy  # noqa: E402
 from exporter.replay.report import json_safe  # noqa: E402
 from model.queueing.params import ServerConfig, ServiceParams  # noqa: E402

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from model.simulation.replica import IterationRecord
 from model.simulation.simulator import SimResult
 
 FloatArray = NDArray[np.float64]
@@ -148,16 +146,6 @@ class Run:
     # Per window: the per-token gaps (ms) and how many tokens had each; the requests at the end.
     window_gaps: list[tuple[FloatArray, FloatArray]] = field(default_factory=list)
     requests: SimResult | None = None
-
-
-def window_gaps(records: Sequence[IterationRecord]) -> tuple[FloatArray, FloatArray]:
-    """The per-token gaps (ms) of a window's iteration records and their token counts."""
-    kept = [r for r in records if r.gap_s.size]
-    if not kept:
-        return np.empty(0), np.empty(0)
-    gaps = np.concatenate([r.gap_s for r in kept]) * 1000.0
-    weights = np.concatenate([r.gap_weight for r in kept]).astype(np.float64)
-    return gaps, weights
 
 
 def spread(values: list[float]) -> dict[str, float]:

@@ -76,9 +76,9 @@ def simulate_windows(
         for j in range(1, steps + 1):
             sim.run(t0 + j * sample_s)
             samples.append(sim.replica_status())
-        emitted = sum(r.emitted_tokens for r in sim.drain_records())
+        records = sim.drain_records()
         views.append(
-            observe_window(sim.result(), t0, t0 + window_s, status, samples, emitted_tokens=emitted)
+            observe_window(sim.result(), t0, t0 + window_s, status, samples, records=records)
         )
         status = samples[-1]
     return views

@@ -69,7 +69,7 @@ class PerfectObserver:
             end_s,
             start_status,
             samples,
-            emitted_tokens=sum(r.emitted_tokens for r in records),
+            records=records,
             kv_capacity_tokens=self._kv,
             max_model_len=self._max_model_len,
             deployment=self._deployment,

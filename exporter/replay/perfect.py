@@ -6,8 +6,11 @@ What a collector would read from vLLM, taken exactly from the simulator instead 
 deltas: over the window (start, end],
 - arrival rate = arrivals / window (all replicas), completion rate likewise;
 - token means over the requests that completed in the window; TTFT over the first tokens
-  emitted in it; ITL the mean of the completed requests' own ITLs (vLLM's per-request time per
-  output token, as the emulator's `FleetTruth`);
+  emitted in it; ITL the token-weighted mean gap of the tokens emitted in it after their
+  request's first (vLLM's `inter_token_latency` sum over count, what the collector reads and
+  `slo.itl_ms` is defined on); the per-request time per output token the mean of the completed
+  requests' own ITLs. The two differ under changing load: a completed request's ITL averages
+  its whole lifetime (30 s and more for long outputs), the window's gaps only the window;
 - pods: ready (serving) at the window's end; observed = ready at both ends (a collector has two
   samples of them); new and gone pods are flagged;
 - running and waiting per pod: means over gauge samples taken through the window (ready pods);
@@ -32,11 +35,11 @@ from exporter.reading.observations import (
     DeploymentObservation,
     ObservationStatus,
 )
-from exporter.reading.pod_observation import Problem
+from exporter.reading.pod_observation import MS_PER_S, Problem
 from exporter.reading.saturation import backlog_growing
 from exporter.reading.vllm_metrics import HistogramName
 from model.baselines.throughput_analyzer import FleetState
-from model.simulation.replica import ReplicaState
+from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, SimResult
 
 KV_CAPACITY_TOKENS = 449_200  # Llama-3.1-8B on one H100 (paper §IX), as the emulator uses
@@ -78,6 +81,22 @@ def _mean_or_none(values: np.ndarray) -> float | None:
     return float(values.mean()) if values.size else None
 
 
+def window_gaps(records: Sequence[IterationRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """The inter-token gaps (ms) of a window's iteration records and how many tokens had each."""
+    kept = [r for r in records if r.gap_s.size]
+    if not kept:
+        return np.empty(0), np.empty(0)
+    gaps = np.concatenate([r.gap_s for r in kept]) * MS_PER_S
+    return gaps, np.concatenate([r.gap_weight for r in kept]).astype(np.float64)
+
+
+def token_gap_ms(gap_ms: np.ndarray, gap_weight: np.ndarray) -> float | None:
+    """Token-weighted mean of inter-token gaps (ms), each gap with its token count; None
+    without a token."""
+    total = float(gap_weight.sum())
+    return float((gap_ms * gap_weight).sum()) / total if total > 0 else None
+
+
 def observe_window(
     result: SimResult,
     start_s: float,
@@ -85,14 +104,14 @@ def observe_window(
     start_status: Sequence[ReplicaStatus],
     samples: Sequence[Sequence[ReplicaStatus]],
     *,
-    emitted_tokens: int,
+    records: Sequence[IterationRecord],
     kv_capacity_tokens: float = KV_CAPACITY_TOKENS,
     max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     deployment: str = "sim",
 ) -> WindowView:
     """The window (start_s, end_s] of `result`; start_status is the fleet at start_s, samples
-    the fleet at times through the window, the last one at end_s; emitted_tokens counts the
-    output tokens generated in the window."""
+    the fleet at times through the window, the last one at end_s; `records` are the iterations
+    that ended in the window (their tokens and gaps)."""
     if not end_s > start_s:
         raise ValueError(f"`end_s` must be > start_s ({start_s}), got {end_s}")
     if not samples:
@@ -138,7 +157,7 @@ def observe_window(
         status = ObservationStatus.NO_LATENCY
     else:
         status = ObservationStatus.OK
-    itl = _mean_or_none(result.itl_ms[done])
+    itl = token_gap_ms(*window_gaps(records))
     observation = DeploymentObservation(
         success=status in (ObservationStatus.OK, ObservationStatus.NO_LATENCY),
         status=status,
@@ -155,7 +174,7 @@ def observe_window(
         avg_output_tokens=_mean_or_none(result.output_tokens[done].astype(np.float64)),
         ttft_ms=_mean_or_none(result.ttft_ms[firsts]),
         itl_ms=itl,
-        request_tpot_ms=itl,
+        request_tpot_ms=_mean_or_none(result.itl_ms[done]),
         avg_running_per_pod=running,
         avg_waiting_per_pod=waiting,
         kv_cache_usage_ratio=float(np.mean(kv)) if kv else None,
@@ -181,7 +200,7 @@ def observe_window(
         kv_usage_ratio=float(np.mean(kv)) if kv else 0.0,
         max_kv_usage_ratio=max(kv) if kv else 0.0,
         waiting_requests=sum(s.waiting for s in after.values()),
-        generated_tokens_rps=emitted_tokens / span_s,
+        generated_tokens_rps=sum(r.emitted_tokens for r in records) / span_s,
         peak_waiting=max(sum(s.waiting for s in sample) for sample in samples),
         replica_starting=starting,
     )

@@ -22,14 +22,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from exporter.config import SloConfig
+from exporter.reading.pod_observation import MS_PER_S
 from exporter.replay.engine import ArmWindow
+from exporter.replay.perfect import token_gap_ms, window_gaps
 from exporter.slo_targets import percentile_label
 from model import LatencyMetric
 from model.simulation.replica import IterationRecord
 from model.simulation.request_table import RequestTable
 
 FloatArray = NDArray[np.float64]
-MS_PER_S = 1000.0
 _LOW_MS = 1e-3
 _RATIO = 1.01
 _BINS = math.ceil(math.log(1e10) / math.log(_RATIO))  # 1 us to 10^7 ms
@@ -116,20 +117,18 @@ class WindowTruth:
         n_out = requests.output_tokens[done]
         multi = done[n_out > 1]
         decode_s = requests.finish_s[multi] - requests.first_token_s[multi]
-        kept = [r for r in records if r.gap_s.size]
+        gap_ms, gap_weight = window_gaps(records)
         return cls(
             ttft_ms=(requests.first_token_s[firsts] - requests.arrival_s[firsts]) * MS_PER_S,
-            gap_ms=np.concatenate([r.gap_s for r in kept]) * MS_PER_S if kept else np.empty(0),
-            gap_weight=(np.concatenate([r.gap_weight for r in kept]).astype(np.float64)
-                        if kept else np.empty(0)),
+            gap_ms=gap_ms,
+            gap_weight=gap_weight,
             request_itl_ms=decode_s * MS_PER_S / (requests.output_tokens[multi] - 1),
         )
 
     def mean_ms(self, target: Target) -> float | None:
         if target.metric is LatencyMetric.TTFT:
             return float(self.ttft_ms.mean()) if self.ttft_ms.size else None
-        total = float(self.gap_weight.sum())
-        return float((self.gap_ms * self.gap_weight).sum()) / total if total > 0 else None
+        return token_gap_ms(self.gap_ms, self.gap_weight)
 
 
 def _ids(parts: Any) -> NDArray[np.int64]:

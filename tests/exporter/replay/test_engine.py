@@ -51,8 +51,7 @@ def _reference_throughput_run() -> list[tuple[int, int, float | None, float | No
         for j in range(1, 31):
             sim.run(t0 + j * 1.0)
             samples.append(sim.replica_status())
-        emitted = sum(r.emitted_tokens for r in sim.drain_records())
-        view = observe_window(sim.result(), t0, t1, status, samples, emitted_tokens=emitted)
+        view = observe_window(sim.result(), t0, t1, status, samples, records=sim.drain_records())
         status = samples[-1]
         desired = math.ceil(policy.decide(view, t1, provisioned).value)
         obs = view.observation

@@ -46,9 +46,9 @@ def test_first_window_counts_rates_latencies_gauges_and_the_new_pod() -> None:
     for t_s in (0.13, 1.0):
         sim.run(t_s)
         samples.append(sim.replica_status())
-    emitted = sum(r.emitted_tokens for r in sim.drain_records())
+    records = sim.drain_records()
     view = observe_window(
-        sim.result(), 0.0, 1.0, start, samples, emitted_tokens=emitted, kv_capacity_tokens=KV_CAP
+        sim.result(), 0.0, 1.0, start, samples, records=records, kv_capacity_tokens=KV_CAP
     )
     obs = view.observation
     assert obs.status is ObservationStatus.OK and obs.success
@@ -58,6 +58,7 @@ def test_first_window_counts_rates_latencies_gauges_and_the_new_pod() -> None:
     assert obs.avg_output_tokens == pytest.approx(2.5)
     assert obs.ttft_ms == pytest.approx((100.0 + 130.0) / 2, rel=1e-6)
     assert obs.itl_ms == pytest.approx(100.0, rel=1e-6)  # r0: 0.2 s / 2 gaps, r1: 0.1 s / 1
+    assert obs.request_tpot_ms == pytest.approx(100.0, rel=1e-6)
     # Replica 1 became ready inside the window: ready, new, not observed over the whole window.
     assert (obs.ready_pods, obs.observed_pods, obs.new_pods) == (2, 1, ("1",))
     assert Problem.NEW_POD in obs.problems
@@ -87,12 +88,14 @@ def test_window_without_completions_has_no_latency_and_a_backlog_of_two_is_not_g
         0.3,
         start,
         [sim.replica_status()],
-        emitted_tokens=3,
+        records=sim.drain_records(),
         kv_capacity_tokens=KV_CAP,
     )
     obs = view.observation
     assert obs.status is ObservationStatus.NO_LATENCY
-    assert obs.itl_ms is None and obs.avg_output_tokens is None
+    assert obs.request_tpot_ms is None and obs.avg_output_tokens is None
+    # vLLM's inter-token latency counts r0's second token (0.15 -> 0.25 s) without a completion.
+    assert obs.itl_ms == pytest.approx(100.0, rel=1e-6)
     assert obs.ttft_ms == pytest.approx(115.0, rel=1e-6)  # first tokens of r0 and r1
     # Two arrivals, none done, two more in the system: the collector's backlog test does not
     # fire (a backlog of two more requests is within what light load does between two instants).
@@ -105,6 +108,7 @@ def test_window_without_completions_has_no_latency_and_a_backlog_of_two_is_not_g
 def test_later_window_sees_only_its_own_requests() -> None:
     sim = _fleet()
     sim.run(1.0)
+    sim.drain_records()
     start = sim.replica_status()
     sim.run(2.2)
     view = observe_window(
@@ -113,7 +117,7 @@ def test_later_window_sees_only_its_own_requests() -> None:
         2.2,
         start,
         [sim.replica_status()],
-        emitted_tokens=5,
+        records=sim.drain_records(),
         kv_capacity_tokens=KV_CAP,
     )
     obs = view.observation
@@ -121,6 +125,7 @@ def test_later_window_sees_only_its_own_requests() -> None:
     assert obs.avg_output_tokens == pytest.approx(5.0)
     assert obs.ttft_ms == pytest.approx(100.0, rel=1e-6)
     assert obs.itl_ms == pytest.approx(100.0, rel=1e-6)  # 0.4 s over 4 gaps
+    assert view.generated_tokens_rps == pytest.approx(5 / 1.2)
     assert (obs.ready_pods, obs.observed_pods, obs.new_pods) == (2, 2, ())
     assert not view.replica_starting
 
@@ -129,6 +134,34 @@ def test_window_must_have_a_length_and_samples() -> None:
     sim = _fleet()
     res, status = sim.run(1.0), sim.replica_status()
     with pytest.raises(ValueError, match=r"`end_s` must be > start_s"):
-        observe_window(res, 1.0, 1.0, status, [status], emitted_tokens=0)
+        observe_window(res, 1.0, 1.0, status, [status], records=[])
     with pytest.raises(ValueError, match=r"`samples` must hold"):
-        observe_window(res, 0.0, 1.0, status, [], emitted_tokens=0)
+        observe_window(res, 0.0, 1.0, status, [], records=[])
+
+
+def test_itl_is_the_windows_token_gaps_and_tpot_the_completed_requests_lifetimes() -> None:
+    # Iterations take 100 ms + 10 ms per token. r0 (20 output tokens) decodes beside r1-r3
+    # (4 tokens each) until they finish, then alone: 110 ms a token. A window from 1.0 s sees
+    # only r0 alone; r0, finishing in it, carries its fuller-batch start into its own time per
+    # output token, as a completed request's does under any load change.
+    sim = Simulator(
+        ServiceParams(100.0, 10.0, 1e-12),
+        ServerConfig(max_batch_size=4, max_num_batched_tokens=100),
+        replicas=1,
+        kv_capacity_tokens=KV_CAP,
+        record_iterations=True,
+    )
+    sim.add_requests(RequestTrace(np.zeros(4), np.ones(4, dtype=int), np.array([20, 4, 4, 4])))
+    sim.run(1.0)
+    sim.drain_records()
+    start = sim.replica_status()
+    sim.run(3.0)
+    view = observe_window(
+        sim.result(), 1.0, 3.0, start, [sim.replica_status()], records=sim.drain_records(),
+        kv_capacity_tokens=KV_CAP,
+    )  # fmt: skip
+    obs = view.observation
+    assert obs.completion_rate_rps == pytest.approx(0.5)  # r0 alone finished in the window
+    assert obs.itl_ms == pytest.approx(110.0, rel=1e-6)
+    assert obs.request_tpot_ms == pytest.approx(float(sim.result().itl_ms[0]))
+    assert obs.request_tpot_ms > 1.02 * obs.itl_ms

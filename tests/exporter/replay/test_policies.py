@@ -26,7 +26,7 @@ def _view() -> WindowView:
     start = sim.replica_status()
     sim.run(1.0)
     return observe_window(sim.result(), 0.0, 1.0, start, [sim.replica_status()],
-                          emitted_tokens=0, kv_capacity_tokens=100)
+                          records=[], kv_capacity_tokens=100)
 
 
 def test_reactive_policy_sums_the_gauge_against_its_threshold() -> None:
