@@ -276,9 +276,9 @@ class Recommender:
                 wanted = current
                 reason = Reason.TUNER_WARMING if params is None else Reason.NO_WORKLOAD
             return self._stabilized(now_s, wanted, None, reason, current, rate)
-        arrival_cv = (inputs.options if inputs is not None else dep.model).arrival_cv
+        inputs = inputs or ModelInputs(dep.model, dep.server)
         sizing_rate = self.projected_rate(rate) + rate_margin_rps(
-            rate, obs.window_s, arrival_cv, dep.rate_margin_sigmas
+            rate, obs.window_s, inputs.options.arrival_cv, dep.rate_margin_sigmas
         )
         outlook = forecast(
             dep, params, workload, bias, size_for_rps=sizing_rate,
