@@ -110,17 +110,20 @@ def tuner_observation(
     CVs the model uses for it (`cvs`, by ModelOptions field name); its rate spans the window and
     a request lifetime before it (model/calibration/batch_rate.py) over `recent_rates`
     ((per-replica rate, window s), oldest first, ending with this window's), or is the window's
-    own without them. None without latencies or request shape; a ValueError when a value is not
-    usable."""
+    own without them; its occupancy rate is the requests the pods held (running + waiting, per
+    pod) over that lifetime. None without latencies or request shape; a ValueError when a value
+    is not usable."""
     cvs = cvs or {}
     rate_rps = obs.arrival_rate_per_pod_rps  # None without an observed pod
     if obs.ttft_ms is None or obs.itl_ms is None or rate_rps is None:
         return None
     if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
         return None
+    life = lifetime_s(obs.ttft_ms, obs.itl_ms, obs.avg_output_tokens)
     if recent_rates:
-        life = lifetime_s(obs.ttft_ms, obs.itl_ms, obs.avg_output_tokens)
         rate_rps = batch_rate_rps(recent_rates, life)
+    running = obs.avg_running_per_pod
+    held = None if running is None else running + (obs.avg_waiting_per_pod or 0.0)
     return Observation(
         rate_rps=rate_rps,
         avg_input_tokens=obs.avg_input_tokens,
@@ -135,6 +138,7 @@ def tuner_observation(
         arrival_cv=cvs.get("arrival_cv"),
         # The window's own share, not the smoothed one: the point's TTFT was made by it.
         prefix_hit_ratio=obs.cached_prompt_ratio if "prefix_hit_ratio" in cvs else None,
+        occupancy_rate_rps=held / life if held else None,
     )
 
 

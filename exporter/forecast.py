@@ -52,44 +52,69 @@ def forecast(
 ) -> Forecast:
     """Size for a total rate and predict at a per-replica rate, the means corrected for the
     model's median relative error (TTFT, ITL, or ITL's load part: `ModelBias`) on recent
-    windows, the percentiles as predicted (the mean bias factor is not applied to tails);
-    `inputs` (default: the configured options and server) carry the measured traffic shape;
-    `shortfalls` tighten percentile targets whose observed attainment fell short of the
-    model's (exporter.attainment)."""
+    windows, or ITL read from the bias's ITL curve when it has one (the estimate's plan for
+    TTFT and the percentiles, the curve's for ITL: the tighter holds); the percentiles as
+    predicted (the mean bias factor is not applied to tails); `inputs` (default: the
+    configured options and server) carry the measured traffic shape; `shortfalls` tighten
+    percentile targets whose observed attainment fell short of the model's
+    (exporter.attainment)."""
     inputs = inputs or ModelInputs(dep.model, dep.server)
     options, server = inputs.options, inputs.server
+    curve = bias.itl_curve if isinstance(bias, ModelBias) else None
     # prediction / factor is the corrected prediction, so a target T is met where the raw
     # prediction stays within T x factor.
-    f_ttft, f_itl = (1.0, 1.0) if bias is None else (_factor(bias[0]), _factor(bias[1]))
-    # With the error of ITL's load part known, only that part is corrected: light + (raw -
-    # light) / factor, met where raw <= light + (T - light) x factor.
-    load = None if not isinstance(bias, ModelBias) else bias.itl_load
-    light = 0.0
-    if load is not None:
-        f_itl = min(max(1.0 + load, MIN_LOAD_FACTOR), MAX_LOAD_FACTOR)
-        light = float(analyze(params, server, workload, LIGHT_RATE_RPS, options=options).itl_ms)
+    f_ttft = 1.0 if bias is None else _factor(bias[0])
+    light, f_itl, itl_target = 0.0, 1.0, None  # with a curve, the estimate does not size ITL
+    if curve is None:
+        light, f_itl = _itl_correction(params, workload, bias, inputs)
+        itl_target = dep.slo.itl_ms
     plan = replicas_for_slo(
         size_for_rps,
         params,
         server,
         workload,
         None if dep.slo.ttft_ms is None else dep.slo.ttft_ms * f_ttft,
-        None if dep.slo.itl_ms is None else light + (dep.slo.itl_ms - light) * f_itl,
+        None if itl_target is None else light + (itl_target - light) * f_itl,
         min_replicas=dep.serving_min_replicas,
         options=options,
         percentiles=tightened(dep.slo.percentiles, shortfalls or {}),
     )
+    if curve is not None and dep.slo.itl_ms is not None:
+        by_itl = replicas_for_slo(
+            size_for_rps, curve, server, workload, None, dep.slo.itl_ms,
+            min_replicas=dep.serving_min_replicas, options=options,
+        )  # fmt: skip
+        plan = min(plan, by_itl, key=lambda p: p.capacity.rate_rps)
     at = analyze(params, server, workload, per_replica_rps, options=options)
+    at_itl = at
+    if curve is not None:
+        at_itl = analyze(curve, server, workload, per_replica_rps, options=options)
     return Forecast(
         plan=plan,
         ttft_ms=float(at.ttft_ms) / f_ttft,
-        itl_ms=light + (float(at.itl_ms) - light) / f_itl,
+        itl_ms=light + (float(at_itl.itl_ms) - light) / f_itl,
         stable=bool(at.stable),
         saturation_rate_per_replica_rps=float(at.saturation_rate_rps),
         percentiles=predicted_percentiles(
             dep.slo.percentiles, params, server, workload, per_replica_rps, options
         ),
     )
+
+
+def _itl_correction(
+    params: ServiceParams,
+    workload: Workload,
+    bias: ModelBias | tuple[float, float] | None,
+    inputs: ModelInputs,
+) -> tuple[float, float]:
+    """(light ms, factor): the estimate's ITL corrected as light + (raw - light) / factor, so a
+    target T is met where raw <= light + (T - light) x factor. With the error of ITL's load part
+    known only that part is corrected (light: the ITL at an empty engine), else all of ITL."""
+    load = bias.itl_load if isinstance(bias, ModelBias) else None
+    if load is None:
+        return 0.0, 1.0 if bias is None else _factor(bias[1])
+    empty = analyze(params, inputs.server, workload, LIGHT_RATE_RPS, options=inputs.options)
+    return float(empty.itl_ms), min(max(1.0 + load, MIN_LOAD_FACTOR), MAX_LOAD_FACTOR)
 
 
 def _factor(bias: float) -> float:

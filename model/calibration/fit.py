@@ -237,8 +237,11 @@ def fit(
     noise_level: float = DEFAULT_NOISE_LEVEL,
     max_std_error: float = DEFAULT_MAX_STD_ERROR,
     prior: Prior | None = None,
+    itl_only: bool = False,
 ) -> FitResult:
-    """Fit (alpha, beta, gamma) in ms to the observations' TTFT and ITL. Spec §3-§5, §10.
+    """Fit (alpha, beta, gamma) in ms to the observations' TTFT and ITL (ITL alone with
+    `itl_only`: the loss, the identifiability test and the error spread leave TTFT out; the
+    result still reports both metrics' errors). Spec §3-§5, §10.
 
     Without `start`, the light-traffic guess (`initial_guess`) on the lowest-rate observation,
     or FALLBACK_START when it fails, is used. `prior` adds the MAP penalty (module docstring);
@@ -248,7 +251,7 @@ def fit(
     status "evaluation_limit" (success False). `noise_level` and `max_std_error` set the
     identifiability test (module docstring).
     """
-    problem = FitProblem(observations, server, options)
+    problem = FitProblem(observations, server, options, itl_only=itl_only)
     if start is not None and not isinstance(start, ServiceParams):
         raise ValueError(f"`start` must be a ServiceParams or None, got {start!r}")
     try:
@@ -339,7 +342,7 @@ def _result(
     params = params_from_log(x)
     errors, load = problem.relative_errors(params)
     unstable = not bool(np.all(np.isfinite(errors)))
-    weighted = errors * problem.sqrt_weight[:, np.newaxis]
+    weighted = (errors * problem.sqrt_weight[:, np.newaxis])[:, problem.metrics]
     loss = float(np.sum(weighted**2))
     jac = problem.jacobian(x)
     if jac.shape[0] < 3:  # one observation: pad so the null direction shows as sigma = 0

@@ -48,6 +48,10 @@ class Observation:
     the point with them in place of its options' (None: the options' value applies), and
     `prefix_hit_ratio` the share of its prompt tokens the prefix cache served, so that the fit
     does not take the skipped prefill for a faster engine (beta fitted on the hits).
+    `occupancy_rate_rps` is the rate Little's law gives from the requests the engine held
+    (running + waiting, the window's mean) over their lifetime: the load the window's ITL was
+    made by, free of the sampling noise of the window's arrival count (model.calibration.
+    itl_curve fits ITL against it).
     """
 
     rate_rps: float
@@ -64,6 +68,7 @@ class Observation:
     output_length_cv: float | None = None
     arrival_cv: float | None = None
     prefix_hit_ratio: float | None = None
+    occupancy_rate_rps: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("rate_rps", "avg_input_tokens", "ttft_ms", "itl_ms", "weight"):
@@ -94,6 +99,9 @@ class Observation:
             if hit > 1:
                 raise ValueError(f"`prefix_hit_ratio` must be in [0, 1], got {hit}")
             object.__setattr__(self, "prefix_hit_ratio", model_hit_ratio(hit))
+        if self.occupancy_rate_rps is not None:
+            rate = require_positive("occupancy_rate_rps", self.occupancy_rate_rps)
+            object.__setattr__(self, "occupancy_rate_rps", rate)
 
     def model_options(self, options: ModelOptions, *, grid: float | None = None) -> ModelOptions:
         """`options` with this window's measured CVs and hit ratio in place of its own (refined

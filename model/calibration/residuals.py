@@ -43,6 +43,8 @@ class FitProblem:
         observations: Sequence[Observation],
         server: ServerConfig,
         options: ModelOptions = DEFAULT_MODEL,
+        *,
+        itl_only: bool = False,
     ) -> None:
         if not isinstance(observations, Sequence) or isinstance(observations, str | bytes):
             raise ValueError(
@@ -58,6 +60,10 @@ class FitProblem:
         if not isinstance(options, ModelOptions):
             raise ValueError(f"`options` must be a ModelOptions, got {options!r}")
         self.options = options
+        if not isinstance(itl_only, bool):
+            raise ValueError(f"`itl_only` must be a bool, got {itl_only!r}")
+        # The residual columns fitted: TTFT and ITL, or ITL alone (model.calibration.itl_curve).
+        self.metrics = slice(1, 2) if itl_only else slice(0, 2)
         self.rate_rps = np.array([o.rate_rps for o in observations])
         self.n_tokens = np.array([o.avg_input_tokens for o in observations])
         self.m_tokens = np.array([o.avg_output_tokens for o in observations])
@@ -123,8 +129,9 @@ class FitProblem:
         return errors, self.rate_rps / sat
 
     def residuals_many(self, xs: Sequence[FloatArray]) -> list[FloatArray]:
-        """Weighted residual vectors [TTFT errors, ITL errors] at each log-parameter vector;
-        overloaded points get a finite penalty growing with the overload."""
+        """Weighted residual vectors [TTFT errors, ITL errors] (ITL errors alone with
+        `itl_only`) at each log-parameter vector; overloaded points get a finite penalty growing
+        with the overload."""
         theta = np.exp(np.clip(np.array(xs), LOG_LOWER, LOG_UPPER))  # as params_from_log
         ttft, itl, sat = self.predict_many(theta)
         errors = np.stack(
@@ -132,7 +139,8 @@ class FitProblem:
         )
         penalty = UNSTABLE_RESIDUAL * (self.rate_rps / sat)[:, :, np.newaxis]
         errors = np.where(np.isfinite(errors), errors, penalty)
-        weighted = (errors * self.sqrt_weight[:, np.newaxis]).transpose(0, 2, 1)
+        weighted = (errors * self.sqrt_weight[:, np.newaxis])[:, :, self.metrics]
+        weighted = weighted.transpose(0, 2, 1)
         return list(weighted.reshape(theta.shape[0], -1))
 
     def residuals(self, x: FloatArray) -> FloatArray:

@@ -55,11 +55,14 @@ LIGHT_RATE_RPS = 1e-6
 
 class ModelBias(NamedTuple):
     """Median relative errors (pred - meas) / meas of an estimate over its window: TTFT, ITL,
-    and ITL's load-dependent part (`load_part_bias`; None where the loads are too light)."""
+    and ITL's load-dependent part (`load_part_bias`; None where the loads are too light); and
+    the ITL curve (`model.calibration.itl_curve`) that ITL is read from instead, when there is
+    one."""
 
     ttft: float
     itl: float
     itl_load: float | None = None
+    itl_curve: ServiceParams | None = None
 
 
 def robust_spread(rows: FloatArray) -> FloatArray:

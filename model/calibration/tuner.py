@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from model.calibration.change_watch import ChangeWatch, Innovation, innovate, points_since_change
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
+from model.calibration.itl_curve import ItlCurve
 from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
 from model.calibration.prior import GENERIC_PRIOR, Prior
@@ -128,6 +129,7 @@ class Tuner:
         self._memory = CalibrationMemory()
         self._watch = ChangeWatch()
         self._window: deque[Observation] = deque(maxlen=self.window_size)
+        self._curve = ItlCurve()
         self._params = initial
         self._state = TunerState.WARMING if initial is None else TunerState.HOLDING
         self._reason = TunerReason.COLLECTING if initial is None else TunerReason.SEEDED
@@ -183,15 +185,25 @@ class Tuner:
         """Median signed relative error (pred - meas) / meas of the current estimate over the
         window, TTFT and ITL, and that of ITL's load-dependent part (`trust.ModelBias`); None
         without an estimate or a window. A model that fits its window well can still be biased
-        on one metric (the fit trades TTFT against ITL); sizing corrects for it. Medians, so a
-        few spikes cannot move them."""
+        on one metric (the fit trades TTFT against ITL); sizing corrects for it, or reads ITL
+        from `itl_curve` when there is one. Medians, so a few spikes cannot move them."""
         errors = self._window_errors()
         median = None if errors is None else robust_bias(errors)
         if median is None or self._params is None:
             return None
         window = list(self._window)
         load = itl_load_bias(window, self._params, self.server, self.options)
-        return ModelBias(median[0], median[1], load)
+        return ModelBias(median[0], median[1], load, self.itl_curve)
+
+    @property
+    def itl_curve(self) -> ServiceParams | None:
+        """Parameters (ms) of ITL alone against load at this deployment's shape, fitted over
+        points since the last change that spread the loads (`model.calibration.itl_curve`);
+        None without an estimate or while the points span too little load."""
+        if self._params is None:
+            return None
+        bounds = (self.lower_bounds, self.upper_bounds)
+        return self._curve.params(self.server, self.options, self._params, bounds)
 
     @property
     def identified(self) -> tuple[bool, bool, bool]:
@@ -239,6 +251,7 @@ class Tuner:
             return self._status(success=False, skipped=skip)
         began = None if innovation is None else self._watch.judge(innovation)
         self._window.append(observation)
+        self._curve.add(observation)
         self._cut_on_change(began)
         # After a change cut the window, its newest points are fitted at once (with the prior).
         needed = CHANGE_RUN if self._fit_count > 0 else self.min_observations
@@ -275,6 +288,7 @@ class Tuner:
         keep = points_since_change(began, window, self._params, self.server, self.options)
         if keep is not None:
             self._window = deque(window[-keep:], maxlen=self.window_size)
+            self._curve.restart(self._window)
             self._memory.changed(self._watch.judged_by(keep) or self._params)
             self._watch.reset()
 
@@ -307,6 +321,7 @@ class Tuner:
             if len(rest) < len(kept):
                 self._skipped[SkipReason.SATURATED] += len(kept) - len(rest)
                 self._window = deque(rest, maxlen=self.window_size)
+                self._curve.restart(rest)
                 kept = list(rest)
         max_trim = (len(self._window) - 1) // 3
         return trimmed(kept, result, self._fit, self.residual_threshold, max_trim)
@@ -371,6 +386,7 @@ class Tuner:
             "skipped": {reason.value: count for reason, count in self._skipped.items()},
             "saturated_run": self._saturated_run,
             "window": [obs.to_dict() for obs in self._window],
+            "itl_curve": [obs.to_dict() for obs in self._curve.points],
             "last_fit": None if self._last_fit is None else self._last_fit.to_dict(),
         }
 
@@ -399,6 +415,9 @@ class Tuner:
             reason = parse_enum(TunerReason, "reason", data["reason"])
             params = _params_or_none(data["params"])
             tuner._window.extend(Observation.from_dict(obs) for obs in data["window"])
+            # A state saved before the curve existed: its window is the curve's start.
+            curve = data.get("itl_curve", data["window"])
+            tuner._curve.restart([Observation.from_dict(obs) for obs in curve])
             last_fit = data["last_fit"]
             tuner._last_fit = None if last_fit is None else FitResult.from_dict(last_fit)
             tuner._fit_count = require_int_at_least("fit_count", data["fit_count"], 0)

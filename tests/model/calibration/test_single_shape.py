@@ -182,6 +182,20 @@ def test_a_tuner_point_is_at_its_windows_arrival_rate() -> None:
     assert point is not None and point.rate_rps == pytest.approx(1.5)
 
 
+
+def test_a_tuner_point_carries_its_occupancy_rate() -> None:
+    # Little's law over what the pod held: (running + waiting) / lifetime, the lifetime
+    # 45 ms + 511 x 12 ms = 6.177 s.
+    window = replace(observation(3.0, 2), avg_running_per_pod=30.0, avg_waiting_per_pod=0.5)
+    point = tuner_observation(window, SERVER.max_batch_size)
+    assert point is not None and point.occupancy_rate_rps == pytest.approx(30.5 / 6.177)
+    # Without the running requests read, there is none (the waiting alone are not the batch).
+    unread = tuner_observation(replace(window, avg_running_per_pod=None), SERVER.max_batch_size)
+    assert unread is not None and unread.occupancy_rate_rps is None
+    with pytest.raises(ValueError, match="`occupancy_rate_rps` must be"):
+        replace(point, occupancy_rate_rps=-1.0)
+    assert Observation.from_dict(point.to_dict()) == point
+
 def test_a_window_with_an_unobserved_pod_spans_every_pod_in_the_recent_rates() -> None:
     # 3 req/s over three pods, one of them not read (its share is the observed pods' scaled
     # up): 1 req/s per pod. Divided by the two observed pods alone it was 1.5, and the tuner

@@ -346,6 +346,8 @@ def test_bias_is_the_mean_signed_error_of_the_estimate() -> None:
     slow = [replace(o, itl_ms=o.itl_ms * 1.25) for o in exact]  # measured ITL 25 % above model
     for obs in slow:
         tuner.update(obs)
-    ttft_bias, itl_bias, _ = tuner.bias()
+    bias = tuner.bias()
+    assert bias is not None
+    ttft_bias, itl_bias = bias.ttft, bias.itl
     assert ttft_bias == pytest.approx(0.0, abs=1e-9)
     assert itl_bias == pytest.approx(1 / 1.25 - 1)
