@@ -32,6 +32,7 @@ import numpy as np
 from model.calibration.fit import fit
 from model.calibration.observation import Observation
 from model.calibration.prior import Prior
+from model.calibration.verdict import within_bounds
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import ModelOptions
 
@@ -90,7 +91,7 @@ def fit_itl_curve(
     `curve_rate_rps`, with a weak prior (LOG_SIGMA) centred on `centre` (the tuner's estimate),
     points it misses by more than OUTLIER_ERROR left out (at most a third); None with fewer
     than MIN_POINTS points or a `load_spread` under MIN_SPREAD, or when the fit fails or
-    leaves the (lower, upper) `bounds`."""
+    leaves the (lower, upper) `bounds`. `start` (default: `centre`) only warm-starts the fit."""
     if len(points) < MIN_POINTS or load_spread(points) < MIN_SPREAD:
         return None
     at_load = [replace(obs, rate_rps=curve_rate_rps(obs)) for obs in points]
@@ -104,9 +105,7 @@ def fit_itl_curve(
             break
         del at_load[worst]
         result = fit(at_load, server, result.params, options=options, prior=prior, itl_only=True)
-    lower, upper = bounds
-    values = zip(result.params.as_tuple(), lower.as_tuple(), upper.as_tuple(), strict=True)
-    if not result.success or not all(lo <= v <= hi for v, lo, hi in values):
+    if not result.success or not within_bounds(result.params, *bounds):
         return None
     return result.params
 

@@ -108,10 +108,7 @@ def judge(
     detected change: the prior carries what they cannot pin)."""
     if not result.success:
         return _REJECTIONS.get(result.status, TunerReason.NOT_CONVERGED)
-    values = zip(
-        result.params.as_tuple(), lower_bounds.as_tuple(), upper_bounds.as_tuple(), strict=True
-    )
-    if not all(lo <= v <= hi for v, lo, hi in values):
+    if not within_bounds(result.params, lower_bounds, upper_bounds):
         return TunerReason.OUT_OF_BOUNDS
     if result.all_identified:
         return TunerReason.ACCEPTED
@@ -119,6 +116,12 @@ def judge(
     if (any(result.identified) or not need_identified) and worst <= PARTIAL_MAX_ERROR:
         return TunerReason.ACCEPTED_PARTIAL
     return TunerReason.UNIDENTIFIED
+
+
+def within_bounds(params: ServiceParams, lower: ServiceParams, upper: ServiceParams) -> bool:
+    """Every parameter within [lower, upper]."""
+    values = zip(params.as_tuple(), lower.as_tuple(), upper.as_tuple(), strict=True)
+    return all(lo <= v <= hi for v, lo, hi in values)
 
 
 def parse_enum(cls: type[_E], name: str, value: object) -> _E:

@@ -57,17 +57,21 @@ def true_capacity() -> float:
     return max_rate_for_slo(TRUTH, SERVER, WORKLOAD, None, ITL_SLO_MS).rate_rps
 
 
-def published_capacity(tuner: Tuner) -> float:
-    """The per-replica capacity the recommender sizes with, from the tuner's estimate and
-    bias (the ITL curve among them)."""
-    dep = DeploymentConfig(
+def dep_with(**slo: float) -> DeploymentConfig:
+    return DeploymentConfig(
         name="d",
         model_name="m",
         source=SourceConfig(scrape_urls=("http://127.0.0.1:1/metrics",)),
         server=SERVER,
-        slo=SloConfig(itl_ms=ITL_SLO_MS),
+        slo=SloConfig(**slo),  # type: ignore[arg-type]
         rate_margin_sigmas=0.0,
     )
+
+
+def published_capacity(tuner: Tuner) -> float:
+    """The per-replica capacity the recommender sizes with, from the tuner's estimate and
+    bias (the ITL curve among them)."""
+    dep = dep_with(itl_ms=ITL_SLO_MS)
     assert tuner.params is not None
     out = forecast(dep, tuner.params, WORKLOAD, tuner.bias(), size_for_rps=1.0, per_replica_rps=1.0)
     return out.plan.capacity.rate_rps
@@ -183,17 +187,6 @@ def test_the_curve_starts_over_after_a_change_and_survives_a_restart() -> None:
     after = tuner.itl_curve
     assert after is not None and itl_at(after, 0.3) == pytest.approx(
         1.3 * itl_at(TRUTH, 0.3), rel=0.02
-    )
-
-
-def dep_with(**slo: float) -> DeploymentConfig:
-    return DeploymentConfig(
-        name="d",
-        model_name="m",
-        source=SourceConfig(scrape_urls=("http://127.0.0.1:1/metrics",)),
-        server=SERVER,
-        slo=SloConfig(**slo),  # type: ignore[arg-type]
-        rate_margin_sigmas=0.0,
     )
 
 
