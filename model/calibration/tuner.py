@@ -43,14 +43,14 @@ from model.calibration.residuals import FitProblem
 from model.calibration.trust import CHANGE_RUN, ModelBias, looks_saturated, robust_bias
 from model.calibration.trust import window_itl_load_bias as itl_load_bias
 from model.calibration.verdict import (
-    SKIP_MESSAGES,
-    TUNER_MESSAGES,
     SkipReason,
     TunerReason,
     TunerState,
     TunerStatus,
+    checked_bounds,
     judge,
     parse_enum,
+    status_message,
 )
 from model.calibration.window_fit import trimmed, without_saturated
 from model.queueing.params import ServerConfig, ServiceParams
@@ -107,17 +107,7 @@ class Tuner:
             if saturation_fraction is None
             else require_positive("saturation_fraction", saturation_fraction)
         )
-        for name, bound in (("lower_bounds", lower_bounds), ("upper_bounds", upper_bounds)):
-            if not isinstance(bound, ServiceParams):
-                raise ValueError(f"`{name}` must be a ServiceParams, got {bound!r}")
-        if not all(
-            lo < hi for lo, hi in zip(lower_bounds.as_tuple(), upper_bounds.as_tuple(), strict=True)
-        ):
-            raise ValueError(
-                f"`lower_bounds` must be below `upper_bounds` in every parameter, "
-                f"got {lower_bounds} and {upper_bounds}"
-            )
-        self.lower_bounds, self.upper_bounds = lower_bounds, upper_bounds
+        self.lower_bounds, self.upper_bounds = checked_bounds(lower_bounds, upper_bounds)
         self.max_std_error = require_positive("max_std_error", max_std_error)
         if not isinstance(options, ModelOptions):
             raise ValueError(f"`options` must be a ModelOptions, got {options!r}")
@@ -153,7 +143,7 @@ class Tuner:
 
     @property
     def message(self) -> str:
-        return TUNER_MESSAGES[self._reason]
+        return status_message(self._reason, None)
 
     @property
     def last_fit(self) -> FitResult | None:
@@ -197,9 +187,8 @@ class Tuner:
 
     @property
     def itl_curve(self) -> ServiceParams | None:
-        """Parameters (ms) of ITL alone against load at this deployment's shape, fitted over
-        points since the last change that spread the loads (`model.calibration.itl_curve`);
-        None without an estimate or while the points span too little load."""
+        """Parameters (ms) of ITL alone against load at this deployment's shape
+        (`model.calibration.itl_curve`); None without an estimate or enough points."""
         if self._params is None:
             return None
         bounds = (self.lower_bounds, self.upper_bounds)
@@ -344,21 +333,12 @@ class Tuner:
         dropped: tuple[Observation, ...] = (),
         result: FitResult | None = None,
     ) -> TunerStatus:
-        message = TUNER_MESSAGES[self._reason]
-        if skipped is not None:
-            message = f"{SKIP_MESSAGES[skipped]}; {message}"
         return TunerStatus(
-            success=success,
-            state=self._state,
-            reason=self._reason,
-            message=message,
-            params=self._params,
-            skipped=skipped,
-            dropped_outliers=dropped,
-            fit=result,
-            window_size=len(self._window),
+            success=success, state=self._state, reason=self._reason,
+            message=status_message(self._reason, skipped), params=self._params, skipped=skipped,
+            dropped_outliers=dropped, fit=result, window_size=len(self._window),
             fit_count=self._fit_count,
-        )
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state: configuration, estimate, window and last fit."""

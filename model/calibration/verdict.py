@@ -118,6 +118,28 @@ def judge(
     return TunerReason.UNIDENTIFIED
 
 
+def checked_bounds(
+    lower: ServiceParams, upper: ServiceParams
+) -> tuple[ServiceParams, ServiceParams]:
+    """(lower, upper) physical bounds, each a ServiceParams and lower below upper in every
+    parameter; else a ValueError naming them."""
+    for name, bound in (("lower_bounds", lower), ("upper_bounds", upper)):
+        if not isinstance(bound, ServiceParams):
+            raise ValueError(f"`{name}` must be a ServiceParams, got {bound!r}")
+    if not all(lo < hi for lo, hi in zip(lower.as_tuple(), upper.as_tuple(), strict=True)):
+        raise ValueError(
+            f"`lower_bounds` must be below `upper_bounds` in every parameter, "
+            f"got {lower} and {upper}"
+        )
+    return lower, upper
+
+
+def status_message(reason: TunerReason, skipped: SkipReason | None) -> str:
+    """The status message of a tuner `reason`, led by why the observation was skipped."""
+    message = TUNER_MESSAGES[reason]
+    return message if skipped is None else f"{SKIP_MESSAGES[skipped]}; {message}"
+
+
 def within_bounds(params: ServiceParams, lower: ServiceParams, upper: ServiceParams) -> bool:
     """Every parameter within [lower, upper]."""
     values = zip(params.as_tuple(), lower.as_tuple(), upper.as_tuple(), strict=True)
