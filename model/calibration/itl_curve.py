@@ -116,10 +116,10 @@ class ItlCurve:
     costs about as much as the tuner's own, and one point moves a curve of twenty little."""
 
     def __init__(self, points: Sequence[Observation] = ()) -> None:
-        self._points = list(points)[-POINTS:]
+        self._points: list[Observation] = []
         self._curve: ServiceParams | None = None
-        self._new = 0  # points added since the last fit
-        self._stale = True  # points changed since the last fit
+        self._new = 0  # points the last fit has not seen
+        self.restart(points)
 
     @property
     def points(self) -> tuple[Observation, ...]:
@@ -129,12 +129,11 @@ class ItlCurve:
         """A point entered the tuner's window (`with_point`)."""
         self._points = with_point(self._points, observation)
         self._new += 1
-        self._stale = True
 
     def restart(self, points: Sequence[Observation]) -> None:
         """After a change (or points the tuner dropped): only `points` stay (the newest POINTS)."""
         self._points = list(points)[-POINTS:]
-        self._curve, self._new, self._stale = None, 0, True
+        self._curve, self._new = None, len(self._points)
 
     def params(
         self,
@@ -145,13 +144,13 @@ class ItlCurve:
     ) -> ServiceParams | None:
         """The curve: `fit_itl_curve` of the points around the tuner's `estimate`, warm-started
         from the last curve, when due; else the last one."""
-        if self._stale and (self._curve is None or self._new >= REFIT_POINTS):
+        if self._new > 0 and (self._curve is None or self._new >= REFIT_POINTS):
             first = self._curve is None
             self._curve = fit_itl_curve(
                 self._points, server, options, estimate, bounds, start=self._curve
             )
-            self._new, self._stale = 0, False
-            if first and self._points:
+            self._new = 0
+            if first and self._curve is not None:
                 # Deployments that got their first curve in one cycle would refit in step ever
                 # after; their loads differ, so a phase read from the newest rate spreads them.
                 self._new = int(1e3 * self._points[-1].rate_rps) % REFIT_POINTS

@@ -55,9 +55,9 @@ LIGHT_RATE_RPS = 1e-6
 
 class ModelBias(NamedTuple):
     """Median relative errors (pred - meas) / meas of an estimate over its window: TTFT, ITL,
-    and ITL's load-dependent part (`load_part_bias`; None where the loads are too light); and
-    the ITL curve (`model.calibration.itl_curve`) that ITL is read from instead, when there is
-    one."""
+    and ITL's load-dependent part (`load_part_bias`; None where the loads are too light); or,
+    instead of that part, the ITL curve (`model.calibration.itl_curve`) ITL is read from, when
+    there is one."""
 
     ttft: float
     itl: float

@@ -173,17 +173,18 @@ class Tuner:
 
     def bias(self) -> ModelBias | None:
         """Median signed relative error (pred - meas) / meas of the current estimate over the
-        window, TTFT and ITL, and that of ITL's load-dependent part (`trust.ModelBias`); None
-        without an estimate or a window. A model that fits its window well can still be biased
-        on one metric (the fit trades TTFT against ITL); sizing corrects for it, or reads ITL
-        from `itl_curve` when there is one. Medians, so a few spikes cannot move them."""
+        window, TTFT and ITL, and, without an `itl_curve` for sizing to read ITL from, that of
+        ITL's load-dependent part (`trust.ModelBias`); None without an estimate or a window. The
+        fit trades TTFT against ITL, so sizing corrects for it; medians, so spikes cannot."""
         errors = self._window_errors()
         median = None if errors is None else robust_bias(errors)
         if median is None or self._params is None:
             return None
-        window = list(self._window)
-        load = itl_load_bias(window, self._params, self.server, self.options)
-        return ModelBias(median[0], median[1], load, self.itl_curve)
+        curve = self.itl_curve
+        load = None if curve is not None else itl_load_bias(
+            list(self._window), self._params, self.server, self.options
+        )  # fmt: skip
+        return ModelBias(median[0], median[1], load, curve)
 
     @property
     def itl_curve(self) -> ServiceParams | None:
