@@ -18,7 +18,7 @@ cycle is over an SLO when its window's mean TTFT (ITL) exceeds the target;
 "outside loading" leaves out the windows in which a replica asked for was still starting;
 "up-ramps" are the windows ending on a rising segment of Table IV or within 90 s after it.
 
-Then the percentile scenario (bench/closed_loop_percentiles.py: TTFT p95 and per-token ITL p99
+Then the percentile scenario (bench/lib/closed_loop_percentiles.py: TTFT p95 and per-token ITL p99
 targets; ours on them, ours on cost-matched mean targets, the throughput analyzer).
 
 Writes bench/results/closed_loop.json, one PNG per scenario and seed, and
@@ -44,8 +44,8 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.closed_loop_percentiles import PERCENTILE_SCENARIOS, run_percentile_scenarios  # noqa: E402
-from bench.closed_loop_report import (  # noqa: E402
+from bench.lib.closed_loop_percentiles import PERCENTILE_SCENARIOS, run_percentile_scenarios  # noqa: E402
+from bench.lib.closed_loop_report import (  # noqa: E402
     PAPER_TABLE_V,
     Cycle,
     Run,
@@ -56,7 +56,7 @@ from bench.closed_loop_report import (  # noqa: E402
     spread,
     table_columns,
 )
-from exporter.config import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
+from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
 from exporter.replay.arrivals import DrawnArrivals  # noqa: E402
 from exporter.replay.engine import ApplyAsIs, Engine, FleetSettings  # noqa: E402
 from exporter.replay.engine import Arm as EngineArm  # noqa: E402

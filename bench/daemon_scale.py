@@ -30,11 +30,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter.clock import ManualClock  # noqa: E402
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
-from exporter.daemon import Daemon  # noqa: E402
-from exporter.reading.sources import SourceRead  # noqa: E402
-from exporter.reading.vllm_metrics import (  # noqa: E402
+from exporter.base.clock import ManualClock  # noqa: E402
+from exporter.collector.sources import SourceRead  # noqa: E402
+from exporter.collector.vllm_metrics import (  # noqa: E402
     CounterName,
     GaugeName,
     HistogramName,
@@ -42,6 +40,8 @@ from exporter.reading.vllm_metrics import (  # noqa: E402
     PodSample,
     SampleStatus,
 )
+from exporter.config.values import Config, DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
+from exporter.daemon.daemon import Daemon  # noqa: E402
 from model import ServerConfig, ServiceParams  # noqa: E402
 from model.calibration.itl_curve import REFIT_POINTS  # noqa: E402
 from model.queueing.analyzer import analyze_points  # noqa: E402

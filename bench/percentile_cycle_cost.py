@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.model_speed import LLAMA as LLAMA_MS  # noqa: E402
 from bench.model_speed import median_us  # noqa: E402
-from exporter.config import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
-from exporter.recommender import forecast  # noqa: E402
+from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
+from exporter.sizing.recommender import forecast  # noqa: E402
 from model import LatencyMetric, PercentileTarget, ServerConfig, ServiceParams, Workload  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

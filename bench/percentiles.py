@@ -3,7 +3,7 @@
 Grid: mean input x output lengths {64, 256, 1024, 4096}^2 at 0.2, 0.4, 0.6, 0.8 of the model's
 saturation rate (64 points), Table I Llama-3.1-8B parameters, B = 256, M = 8192, lengths uniform
 on [x/2, 3x/2]; once with Poisson arrivals and once with constant-rate arrivals (128 runs),
-8000 measured requests per run, fixed seeds (bench/percentile_sim.py measures). First-token
+8000 measured requests per run, fixed seeds (bench/lib/percentile_sim.py measures). First-token
 convention: the simulator emits the first token with the last prefill chunk, so the model is
 evaluated with first_token=WITH_LAST_CHUNK, at the measured requests' mean lengths, with the
 arrival CV of the run and the uniform law's length CV (0.289).
@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.percentile_sim import QUANTILES, simulate_point  # noqa: E402
+from bench.lib.percentile_sim import QUANTILES, simulate_point  # noqa: E402
 from model import (  # noqa: E402
     FirstToken,
     ModelOptions,

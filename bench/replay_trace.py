@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         config = work / "config.yaml"
         config.write_text(yaml.safe_dump(CONFIG))
         out = work / "out"
-        command = [sys.executable, "-m", "exporter.commands.cli", "replay", "--trace", str(trace),
+        command = [sys.executable, "-m", "exporter.cli.main", "replay", "--trace", str(trace),
                    "--config", str(config), "--policy", POLICIES, "--out", str(out),
                    "--seed", str(args.seed), "--price-per-replica-hour", "2.5"]
         load = os.getloadavg()

@@ -29,8 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.closed_loop import deployment_config  # noqa: E402
-from bench.closed_loop_report import Scenario  # noqa: E402
-from bench.single_shape import simulate_windows  # noqa: E402
+from bench.lib.closed_loop_report import Scenario  # noqa: E402
+from bench.lib.single_shape import simulate_windows  # noqa: E402
 from bench.tuner_robustness import SERVER, measure_truth  # noqa: E402
 from exporter.replay.perfect import WindowView  # noqa: E402
 from exporter.replay.policies import OursPolicy  # noqa: E402

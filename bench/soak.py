@@ -169,7 +169,7 @@ class EmulatorProcess:
     def __init__(self, index: int, rate_rps: float, replicas: int, log: Path) -> None:
         self._log = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.commands.cli", "emulate",
+            [sys.executable, "-m", "exporter.cli.main", "emulate",
              "--alpha-ms", repr(TRUE.alpha_ms), "--beta-ms", repr(TRUE.beta_ms),
              "--gamma-ms", repr(TRUE.gamma_ms), "--max-batch-size", str(SERVER.max_batch_size),
              "--max-num-batched-tokens", str(SERVER.max_num_batched_tokens),
@@ -273,7 +273,7 @@ def main() -> int:
     (work / "state.json").unlink(missing_ok=True)  # a soak starts fresh
     log = (work / "daemon.log").open("wb")
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config)],
+        [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(config)],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     stop = threading.Event()

@@ -3,7 +3,7 @@ tracking and spikes.
 
 One simulated replica (true parameters = Table I Llama-3.1-8B, B = 256, M = 8192) serves one
 request shape for two hours of 30 s windows, its load wandering over 0.3-0.7 of saturation
-(bench/single_shape.py); each window is observed as bench/closed_loop.py observes it and fed to
+(bench/lib/single_shape.py); each window is observed as bench/closed_loop.py observes it and fed to
 a real `Daemon` (steady-window filter, tuner, recommender). Shapes and targets are the closed
 loop's: 1024/512 tokens (TTFT 50 ms, ITL 25 ms) and 128/2048 (TTFT 200 ms, ITL 13 ms). Runs:
 - cold: no initial parameters; seeded: initial parameters 2x off in beta and gamma;
@@ -45,8 +45,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.closed_loop import SCENARIOS, deployment_config  # noqa: E402
-from bench.closed_loop_report import Scenario  # noqa: E402
-from bench.single_shape import (  # noqa: E402
+from bench.lib.closed_loop_report import Scenario  # noqa: E402
+from bench.lib.single_shape import (  # noqa: E402
     WINDOW_S,
     saturation_rate_rps,
     shifted,

@@ -29,7 +29,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from exporter.commands.fit import read_observations  # noqa: E402
+from exporter.cli.fit import read_observations  # noqa: E402
 from model import (  # noqa: E402
     PAPER_MODEL,
     FitMethod,

@@ -55,7 +55,7 @@ from model.simulation.simulator import Simulator
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, RequestTrace, draw_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.realism_readings import (  # noqa: E402
+from bench.lib.realism_readings import (  # noqa: E402
     cv_of,
     dispersion_cv,
     grew,

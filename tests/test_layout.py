@@ -89,6 +89,61 @@ def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
     assert _imported(tmp_path / "b.py", "b", known) == {"a"}
 
 
+# The layers, lowest first: a module imports only from its own layer or one below it. The test bed
+# and the daemon stand side by side (neither imports the other); replay sits on both.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "model": (),
+    "exporter.base": ("model",),
+    "exporter.config": ("exporter.base",),
+    "exporter.collector": ("exporter.config",),
+    "exporter.sizing": ("exporter.collector",),
+    "exporter.daemon": ("exporter.sizing",),
+    "exporter.testbed": ("exporter.base",),
+    "exporter.replay": ("exporter.daemon", "exporter.testbed"),
+    "exporter.cli": ("exporter.replay",),
+}
+
+
+def _layer(module: str) -> str | None:
+    """The layer a module belongs to: the longest LAYERS key that is a prefix of its name."""
+    found = [k for k in LAYERS if module == k or module.startswith(k + ".")]
+    return max(found, key=len) if found else None
+
+
+def _below(layer: str) -> set[str]:
+    """Every layer `layer` may import from (itself included)."""
+    seen = {layer}
+    todo = [layer]
+    while todo:
+        for lower in LAYERS[todo.pop()]:
+            if lower not in seen:
+                seen.add(lower)
+                todo.append(lower)
+    return seen
+
+
+def test_every_module_sits_in_a_layer() -> None:
+    unplaced = [m for m in _modules() if _layer(m) is None and m not in PACKAGES]
+    assert not unplaced, unplaced
+
+
+def test_imports_follow_the_layer_order() -> None:
+    wrong = []
+    for name, deps in _graph().items():
+        layer = _layer(name)
+        if layer is None:
+            continue
+        allowed = _below(layer)
+        wrong += [f"{name} -> {d}" for d in deps if _layer(d) not in allowed | {None}]
+    assert not wrong, wrong
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert "exporter.daemon" not in _below("exporter.sizing")
+    assert "exporter.testbed" not in _below("exporter.daemon")
+    assert {"exporter.testbed", "exporter.daemon", "model"} <= _below("exporter.replay")
+
+
 def test_model_never_imports_exporter() -> None:
     for name, deps in _graph().items():
         if name.split(".")[0] == "model":

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from exporter.config_loader import parse_config
-from exporter.errors import ConfigError
+from exporter.base.errors import ConfigError
+from exporter.config.loader import parse_config
 from tests.test_readme_metrics import section, table_rows
 
 PROBE = "zz_not_a_key"

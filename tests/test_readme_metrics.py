@@ -9,9 +9,10 @@ from enum import StrEnum
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.attainment import Bound
-from exporter.clock import ManualClock
-from exporter.config import (
+from exporter.base.clock import ManualClock
+from exporter.base.errors import FailureReason
+from exporter.collector.pod_observation import Problem
+from exporter.config.values import (
     Config,
     DemandKind,
     DeploymentConfig,
@@ -20,14 +21,13 @@ from exporter.config import (
     SourceConfig,
     SourceKind,
 )
-from exporter.daemon import Daemon
-from exporter.errors import FailureReason
-from exporter.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
-from exporter.operation_metrics import CycleOutcome, SkippedEvent
-from exporter.reading.pod_observation import Problem
-from exporter.recommender import Reason
-from exporter.slo_targets import BindingTarget
-from exporter.traffic import LengthCvKind
+from exporter.daemon.daemon import Daemon
+from exporter.daemon.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
+from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
+from exporter.sizing.attainment import Bound
+from exporter.sizing.recommender import Reason
+from exporter.sizing.slo_targets import BindingTarget
+from exporter.sizing.traffic import LengthCvKind
 from model import ServerConfig, TunerReason, TunerState
 from tests.conftest import REPO_ROOT
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from exporter.reading.vllm_metrics import HistogramName
-from exporter.slo_targets import predicted_percentiles
+from exporter.collector.vllm_metrics import HistogramName
+from exporter.sizing.slo_targets import predicted_percentiles
 from model import (
     DEFAULT_MODEL,
     LatencyMetric,

@@ -59,9 +59,9 @@ from bench.real_vllm.server import (
 )
 from bench.real_vllm.sweep import Shape
 from bench.real_vllm.vllm_env import WORK_DIR
-from exporter.config_loader import load_config
-from exporter.emulation.load_run import LoadResult, LoadSpec
-from exporter.emulation.loadgen import run_load
+from exporter.config.loader import load_config
+from exporter.testbed.load_run import LoadResult, LoadSpec
+from exporter.testbed.loadgen import run_load
 from tests.integration.prometheus_server import PrometheusServer, Target
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -174,7 +174,7 @@ def daemon_process(config_path: Path, log_path: Path) -> Iterator[subprocess.Pop
     """`vllm-sizer run` in its own process group; SIGTERM, then SIGKILL, however the block ends."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config_path)],
+            [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(config_path)],
             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

@@ -7,8 +7,8 @@ import numpy as np
 
 from bench.real_vllm.server import RunningServer
 from bench.real_vllm.sweep import Shape, ShapeProbe, probe_shape
-from exporter.clock import SystemClock
-from exporter.reading.sources import ScrapeSource
+from exporter.base.clock import SystemClock
+from exporter.collector.sources import ScrapeSource
 
 CYCLE_PERIOD_S = 15.0  # the daemon's
 PROMETHEUS_SCRAPE_S = 2.0

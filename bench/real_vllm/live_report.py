@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bench.real_vllm.live_probe import MAIN, SLO_ITL_FACTOR, SLO_TTFT_FACTOR
-from exporter.emulation.load_run import LoadResult
+from exporter.testbed.load_run import LoadResult
 
 if TYPE_CHECKING:
     from bench.real_vllm.live import CycleRow, Phase

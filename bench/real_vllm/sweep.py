@@ -33,12 +33,12 @@ import numpy as np
 
 from bench.real_vllm.prepare import prepare
 from bench.real_vllm.server import RunningServer, ServerOptions, stop_on_sigterm, vllm_server
-from exporter.clock import SystemClock
-from exporter.emulation.load_run import LoadResult, LoadSpec
-from exporter.emulation.loadgen import run_load
-from exporter.reading.observations import DeploymentObservation, observe_deployment
-from exporter.reading.sources import ScrapeSource, SourceRead
-from exporter.reading.vllm_metrics import HistogramName
+from exporter.base.clock import SystemClock
+from exporter.collector.observations import DeploymentObservation, observe_deployment
+from exporter.collector.sources import ScrapeSource, SourceRead
+from exporter.collector.vllm_metrics import HistogramName
+from exporter.testbed.load_run import LoadResult, LoadSpec
+from exporter.testbed.loadgen import run_load
 from model.calibration.histogram import WindowHistogram
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"

@@ -1,5 +1,5 @@
 """The production observation path over a simulated fleet: each replica's iterations feed the
-emulator's vLLM exposition (exporter/emulation/emulator_metrics.py), and at each window's end
+emulator's vLLM exposition (exporter/testbed/emulator_metrics.py), and at each window's end
 every serving replica's /metrics text is filtered and parsed by the collector's own code
 (`is_read_line`, `parse_exposition`) and closed into a window by its `WindowTracker`, histograms
 included. So what a policy reads carries the collector's own errors: histogram means, the
@@ -15,11 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
-from exporter.emulation.emulator_metrics import ReplicaMetrics
-from exporter.reading.observations import WindowTracker
-from exporter.reading.sources import SourceRead
-from exporter.reading.vllm_metrics import (
+from exporter.collector.observations import WindowTracker
+from exporter.collector.sources import SourceRead
+from exporter.collector.vllm_metrics import (
     CounterName,
     GaugeName,
     PodSample,
@@ -27,6 +25,8 @@ from exporter.reading.vllm_metrics import (
     wanted_sample_names,
 )
 from exporter.replay.perfect import WindowView, observe_window
+from exporter.testbed.emulator import DEFAULT_MAX_MODEL_LEN
+from exporter.testbed.emulator_metrics import ReplicaMetrics
 from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, Simulator
 

@@ -28,16 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.emulation.emulator import DEFAULT_MAX_MODEL_LEN
-from exporter.emulation.emulator_metrics import length_histogram
-from exporter.reading.observations import (
+from exporter.collector.observations import (
     STATUS_MESSAGES,
     DeploymentObservation,
     ObservationStatus,
 )
-from exporter.reading.pod_observation import MS_PER_S, Problem
-from exporter.reading.saturation import backlog_growing
-from exporter.reading.vllm_metrics import HistogramName
+from exporter.collector.pod_observation import MS_PER_S, Problem
+from exporter.collector.saturation import backlog_growing
+from exporter.collector.vllm_metrics import HistogramName
+from exporter.testbed.emulator import DEFAULT_MAX_MODEL_LEN
+from exporter.testbed.emulator_metrics import length_histogram
 from model.baselines.throughput_analyzer import FleetState
 from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, SimResult

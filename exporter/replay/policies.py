@@ -20,12 +20,12 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry
 
-from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SourceConfig
-from exporter.daemon import Daemon
-from exporter.deployment_state import DeploymentRuntime
-from exporter.reading.observations import DeploymentObservation, WindowTracker
-from exporter.reading.sources import SourceRead
+from exporter.base.clock import ManualClock
+from exporter.collector.observations import DeploymentObservation, WindowTracker
+from exporter.collector.sources import SourceRead
+from exporter.config.values import Config, DeploymentConfig, SourceConfig
+from exporter.daemon.daemon import Daemon
+from exporter.daemon.deployment_state import DeploymentRuntime
 from exporter.replay.engine import Proposal
 from exporter.replay.perfect import WindowView
 from model.baselines.throughput_analyzer import ThroughputAnalyzer

@@ -80,7 +80,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from exporter.commands.plot_axes import plain_log_ticks
+    from exporter.base.plot_axes import plain_log_ticks
 
     series: dict[str, Any] = report["series"]
     names = list(report["policies"])

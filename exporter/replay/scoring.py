@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from exporter.config import SloConfig
-from exporter.reading.pod_observation import MS_PER_S
+from exporter.collector.pod_observation import MS_PER_S
+from exporter.config.values import SloConfig
 from exporter.replay.engine import ArmWindow
 from exporter.replay.perfect import token_gap_ms, window_gaps
-from exporter.slo_targets import percentile_label
+from exporter.sizing.slo_targets import percentile_label
 from model import LatencyMetric
 from model.simulation.replica import IterationRecord
 from model.simulation.request_table import RequestTable

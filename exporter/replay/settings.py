@@ -23,14 +23,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from exporter.config import MAX_REPLICAS, Config, DeploymentConfig
-from exporter.config_checks import KeyReader, choice, integer, number, read_yaml
-from exporter.config_loader import parse_config
-from exporter.config_model import initial_params
-from exporter.emulation.emulator import DEFAULT_KV_CAPACITY_TOKENS
-from exporter.errors import ConfigError
+from exporter.base.errors import ConfigError
+from exporter.config.checks import KeyReader, choice, integer, number, read_yaml
+from exporter.config.loader import parse_config
+from exporter.config.served_model import initial_params
+from exporter.config.values import MAX_REPLICAS, Config, DeploymentConfig
 from exporter.replay.hpa import Behavior, PolicyKind, Rules, StepPolicy
 from exporter.replay.policies import ReactiveMetric
+from exporter.testbed.emulator import DEFAULT_KV_CAPACITY_TOKENS
 from model.queueing.params import ServiceParams
 
 DEFAULT_STARTUP_DELAY_S = 90.0

@@ -18,7 +18,7 @@ Two choices keep the curve's slope:
   slope (regression dilution), which moved the capacity read at the edge of the loads by 10 %.
 
 The curve is fitted once the points span a rate ratio of at least 1 + MIN_SPREAD; until then
-sizing corrects the estimate's ITL instead (exporter.forecast), and so it does after a change
+sizing corrects the estimate's ITL instead (exporter.sizing.forecast), and so it does after a change
 until MIN_POINTS points have come.
 """
 

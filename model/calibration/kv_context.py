@@ -29,7 +29,7 @@ bench/workload_realism.py): bimodal 1.48-1.49 for 1.49-1.50 (histogram 1.32-1.33
 CV 1 0.98-1.03 for 0.99-1.03 (histogram 0.99-1.02); uniform 0.21-0.28 for 0.29 (histogram
 0.47, kept: the KV reading only raises it); lognormal CV 2 1.73-1.86 for 1.91-2.20 (histogram
 1.86-2.16, kept). Over the tracker's 10 windows on one emulated replica at load 0.3 (about 40
-requests a window) the bimodal law reads 1.43-1.62 (tests/exporter/test_kv_output_cv.py).
+requests a window) the bimodal law reads 1.43-1.62 (tests/exporter/sizing/test_kv_output_cv.py).
 """
 
 from __future__ import annotations

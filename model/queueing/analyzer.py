@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from model.queueing import kernel_mean
 from model.queueing.chain import (
     StateTable,
     evaluate,
     kernel_inputs,
     workload_table,
 )
+from model.queueing.kernel import mean as kernel_mean
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.validation import require_rates
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions

@@ -2,7 +2,7 @@
 
 Every request is the mean one (n, m): c(i) prefill chunks then m decode steps, with work
 W_pref(c) = beta n + gamma n (c+1)/2 and W_dec = beta m + gamma m (n + (m+1)/2) (the refined
-variant adds the terms of kernel_table.py, and with a prefix-cache hit ratio h computes only
+variant adds the terms of kernel/table.py, and with a prefix-cache hit ratio h computes only
 (1 - h) n prompt tokens, each chunk reading the cached h n as well; the decode context keeps n).
 With i in the batch the service time is tau(i) = (c(i) + m) alpha + i (W_pref + W_dec). The
 chain counts requests in the system: up-rate lambda, down-rate mu_i = min(i, B) / tau(min(i, B));
@@ -14,7 +14,7 @@ Tables have one row per request shape: one row for `analyze` on one workload, sh
 rate evaluated on it (sizing, percentiles). Points that each have their own shape or parameters
 (`analyze_points`, the tuner's fits) are evaluated one row at a time instead, each built and
 evaluated in place (kernel_mean.point_outputs). The table and the chain are computed by
-compiled loops (kernel_table.py, kernel_chain.py, kernel_mean.py).
+compiled loops (kernel/table.py, kernel/chain.py, kernel/mean.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from model.queueing import kernel_mean, kernel_table
-from model.queueing.kernel_table import (
+from model.queueing.kernel import mean as kernel_mean
+from model.queueing.kernel import table as kernel_table
+from model.queueing.kernel.table import (
     CHUNKS,
     CUM_LOG_MU,
     LOG_MU,
@@ -50,7 +51,7 @@ BLOCK_ELEMENTS = 1 << 16
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateTable:
     """Per-occupancy quantities of each request shape (row), packed for the compiled kernel
-    (model/queueing/kernel_table.py); the properties give them shape (rows, B) with column i-1
+    (model/queueing/kernel/table.py); the properties give them shape (rows, B) with column i-1
     for occupancy i, in ms. Spec §2, §4.
 
     Built once per (params, server, request shapes) and shared by every rate evaluated with them.
@@ -210,7 +211,7 @@ def state_table(
 ) -> StateTable:
     """Precompute c(i), work terms, tau(i) and log departure rates for i = 1..B, one row per
     request shape (n_tokens, m_tokens: 1-D arrays of equal length). Spec §2, §4; the refined
-    variant adds the work terms of kernel_table.py to W_pref and W_dec."""
+    variant adds the work terms of kernel/table.py to W_pref and W_dec."""
     n = np.array(n_tokens, dtype=np.float64).reshape(-1)
     m = np.array(m_tokens, dtype=np.float64).reshape(-1)
     work, opts, log_occ = kernel_inputs(server, options)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from model.queueing import kernel_table
+from model.queueing.kernel import table as kernel_table
 from model.queueing.params import ServerConfig, Workload
 
 FloatArray = NDArray[np.float64]
@@ -18,7 +18,7 @@ FloatArray = NDArray[np.float64]
 
 def chunk_counts(n: FloatArray, m: FloatArray, server: ServerConfig) -> NDArray[np.int64]:
     """c(i) for i = 1..B (last axis) for each request shape (n, m), given as (K, 1) columns
-    (model/queueing/kernel_table.py)."""
+    (model/queueing/kernel/table.py)."""
     n_flat = np.ascontiguousarray(n, dtype=np.float64).reshape(-1)
     m_flat = np.ascontiguousarray(m, dtype=np.float64).reshape(-1)
     out = np.empty((n_flat.shape[0], server.max_batch_size))

@@ -5,7 +5,7 @@ KV / c requests, with c the mean context of a running request. A request's conte
 n to n + m while it decodes, and a longer output stays in the batch longer, so the time-average
 over running requests is length-biased: c = n + (E[m^2] / E[m] + 1) / 2 =
 n + (m (1 + cv_m^2) + 1) / 2 (the KV context term of the refined work,
-model/queueing/kernel_table.py).
+model/queueing/kernel/table.py).
 """
 
 from __future__ import annotations

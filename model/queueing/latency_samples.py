@@ -45,8 +45,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtri
 
-from model.queueing import kernel_latency, kernel_mean
 from model.queueing.chain import StateTable, evaluate
+from model.queueing.kernel import latency as kernel_latency
+from model.queueing.kernel import mean as kernel_mean
 from model.queueing.occupancy import arrival_pmf, inverse_cdf, time_average_pmf
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.prefill_queue import PrefillWait, prefill_work_queue, prompt_service_ms
@@ -206,7 +207,7 @@ def _ttft_points(avg_input_tokens: float, input_length_cv: float) -> FloatArray:
 
 def ttft_samples(s: Setting, after_decode_iteration: bool) -> FloatArray:
     """TTFT (ms) at each sample point, shape (rates, points): each point as the module's
-    docstring lays out, evaluated by model/queueing/kernel_latency.py."""
+    docstring lays out, evaluated by model/queueing/kernel/latency.py."""
     table = s.table
     n_bar = max(s.workload.avg_input_tokens, 1.0)
     work = np.array([s.params.beta_ms, s.params.gamma_ms, s.kappa, s.prefill_mean_ms,

@@ -6,7 +6,7 @@ state i >= B: beyond B only the wait for a slot depends on i, and for the chain'
 that wait is exponential whatever i (see model/queueing/percentiles.py).
 
 * The chain's stationary distribution pi_i (spec §5; computed with the chain by
-  model/queueing/kernel_chain.py): what a Poisson arrival sees (PASTA) and the time average.
+  model/queueing/kernel/chain.py): what a Poisson arrival sees (PASTA) and the time average.
 * Constant-rate arrivals spaced 1/lambda apart with time in service U[S/2, 3S/2] (refinements §6):
   the count of earlier arrivals still present is a sum of Bernoulli(P(S_r > k/lambda)), k >= 1,
   taken as Normal with that sum's mean and variance and rounded to the nearest state.
@@ -20,8 +20,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtr
 
-from model.queueing import kernel_samples
 from model.queueing.chain import StateTable
+from model.queueing.kernel import samples as kernel_samples
 from model.queueing.refined import seen_at_constant_rate
 from model.queueing.sample_points import unit_order, unit_points
 

@@ -10,7 +10,7 @@ the refined variant) and the share n / (M - x) of the decode iteration D(x) it r
 
 `prompt_service_ms` gives S per prompt; `prefill_work_queue` turns the moments of S and the
 arrival process into the wait of a GI/G/1 queue (the refined mean TTFT takes the same wait at
-the mean prompt, cs2 the prompt length's squared CV: model/queueing/kernel_mean.py). Utilisation
+the mean prompt, cs2 the prompt length's squared CV: model/queueing/kernel/mean.py). Utilisation
 rho = lambda E[S]; the wait is positive with probability rho and has an exponential tail whose
 mean is Kingman's,
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from model.queueing import kernel_arrivals
+from model.queueing.kernel import arrivals as kernel_arrivals
 
 FloatArray = NDArray[np.float64]
 
@@ -90,7 +90,7 @@ def prefill_work_queue(
 ) -> PrefillWait:
     """GI/G/1 wait for prefill work at each arrival rate (req/ms, 1-D), from the mean (ms) and
     squared CV of the prompt service S (per rate) and the squared CV of inter-arrival times
-    (computed by model/queueing/kernel_arrivals.py)."""
+    (computed by model/queueing/kernel/arrivals.py)."""
     rate, service, scv = (
         np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
         for v in np.broadcast_arrays(rate_per_ms, service_mean_ms, service_scv)

@@ -3,7 +3,7 @@
 Same alpha, beta, gamma, chunk table and birth-death chain as the paper (spec §2-5), so X-bar,
 S-bar, W and the saturation rate keep their meaning. Four things change:
 
-* Work terms (model/queueing/kernel_table.py, used by the chain): prefill attention over n^2/2
+* Work terms (model/queueing/kernel/table.py, used by the chain): prefill attention over n^2/2
   causal pairs, beta kappa E[n^2] / 2 with kappa from the architecture, the second moments
   E[n^2] = n^2 (1 + cv_n^2), E[m^2] = m^2 (1 + cv_m^2) of the request lengths, and prefix-cache
   hits (only uncached prompt tokens computed; chain.py).
@@ -30,7 +30,7 @@ S-bar, W and the saturation rate keep their meaning. Four things change:
 A synchronous benchmark run (concurrency one, closed) has no chain: T_p = c(1) alpha +
 W_pref(c(1)), ITL = alpha + d, TTFT = T_p + alpha + d.
 
-The assembly is compiled (model/queueing/kernel_mean.py, kernel_arrivals.py); this module keeps
+The assembly is compiled (model/queueing/kernel/mean.py, kernel/arrivals.py); this module keeps
 the constant-rate view per element of arrays for the percentile assembly (occupancy.py).
 """
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from model.queueing import kernel_arrivals
+from model.queueing.kernel import arrivals as kernel_arrivals
 
 FloatArray = NDArray[np.float64]
 
@@ -47,7 +47,7 @@ FloatArray = NDArray[np.float64]
 def seen_at_constant_rate(service_ms: FloatArray, rate_per_ms: FloatArray) -> FloatArray:
     """Mean number of earlier requests still in service when arrivals come exactly 1/lambda
     apart and time in service is U[S/2, 3S/2], per element (1-D, equal length); the assembly
-    itself is compiled (model/queueing/kernel_mean.py, kernel_arrivals.py)."""
+    itself is compiled (model/queueing/kernel/mean.py, kernel/arrivals.py)."""
     seen, _ = _views(service_ms, rate_per_ms)
     return seen
 

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaincinv, ndtri
 
-from model.queueing import kernel_latency
+from model.queueing.kernel import latency as kernel_latency
 
 FloatArray = NDArray[np.float64]
 

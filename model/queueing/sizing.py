@@ -6,7 +6,7 @@ first crossing from below); a target missed at the low end is infeasible. The ca
 least of the TTFT rate, the ITL rate and MaxRate. A grid scan finds the first crossing even
 where chunk-count steps make ITL saw-toothed (T_p jumps up and ITL down where round(X-bar)
 crosses a chunk breakpoint; spec §6), then the bracket is subdivided until it is far narrower
-than the 1e-5 accuracy asked for (compiled: model/queueing/kernel_sizing.py).
+than the 1e-5 accuracy asked for (compiled: model/queueing/kernel/sizing.py).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from enum import StrEnum
 
 import numpy as np
 
-from model.queueing import kernel_mean, kernel_sizing
 from model.queueing.analyzer import MAX_RATE_FRACTION, Analysis, analyze_table
 from model.queueing.chain import StateTable, workload_table
+from model.queueing.kernel import mean as kernel_mean
+from model.queueing.kernel import sizing as kernel_sizing
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.percentile_sizing import (
     PercentileTarget,
@@ -131,7 +132,7 @@ def _first_crossing(
     crossing refined; where chunk-count steps make ITL saw-toothed, an excursion over the
     target can hide between two scan points: a dense scan below the rate found, and a look
     just below each step (an excursion can be narrower than the dense grid). Compiled, one
-    call for every target: model/queueing/kernel_sizing.py."""
+    call for every target: model/queueing/kernel/sizing.py."""
     rows = {"ttft_ms": _TTFT_ROWS[first_token], "itl_ms": kernel_mean.ITL}
     metrics = np.array([rows[name] for name in targets])
     values = np.array(list(targets.values()), dtype=np.float64)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from bench.closed_loop import SCENARIOS, Arm, run_arm
-from bench.closed_loop_percentiles import (
+from bench.lib.closed_loop_percentiles import (
     COST_TOLERANCE,
     MAX_SEARCH_RUNS,
     PERCENTILE_SCENARIOS,
@@ -16,7 +16,7 @@ from bench.closed_loop_percentiles import (
     score,
     trailing_percentiles,
 )
-from bench.closed_loop_report import Cycle, Run
+from bench.lib.closed_loop_report import Cycle, Run
 
 
 def _run(counts: list[int]) -> Run:

@@ -13,9 +13,9 @@ import pytest
 
 from bench.real_vllm import attainment, report
 from bench.real_vllm.sweep import reading
-from exporter.reading.observations import observe_deployment
-from exporter.reading.sources import SourceRead
-from exporter.reading.vllm_metrics import parse_exposition
+from exporter.collector.observations import observe_deployment
+from exporter.collector.sources import SourceRead
+from exporter.collector.vllm_metrics import parse_exposition
 from model import (
     LatencyMetric,
     Observation,

@@ -22,12 +22,12 @@ from prometheus_client.core import (
     Metric,
 )
 
-from exporter.config import DemandKind, SourceKind
-from exporter.errors import FailureReason
-from exporter.exposition import ENUM_GAUGES, Parameter, ParameterSource, Signal
-from exporter.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
-from exporter.reading.pod_observation import Problem
-from exporter.traffic import LengthCvKind
+from exporter.base.errors import FailureReason
+from exporter.collector.pod_observation import Problem
+from exporter.config.values import DemandKind, SourceKind
+from exporter.daemon.exposition import ENUM_GAUGES, Parameter, ParameterSource, Signal
+from exporter.daemon.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
+from exporter.sizing.traffic import LengthCvKind
 
 PREFIX = "vllm_sizer_"
 FROZEN_AFTER_S = 60.0  # a stub whose last success is older fails its cycles
@@ -69,7 +69,7 @@ class SizerValues:
             "calibration_confidence": 0.9,
         }
     )
-    # The current value of each enum-style gauge (exporter.exposition.ENUM_GAUGES).
+    # The current value of each enum-style gauge (exporter.daemon.exposition.ENUM_GAUGES).
     enums: dict[str, str] = field(
         default_factory=lambda: {
             "recommendation_reason": "scale_up",

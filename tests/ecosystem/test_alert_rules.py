@@ -22,8 +22,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.exposition import ENUM_GAUGES, GAUGES, PREFIX
-from exporter.operation_metrics import OperationMetrics
+from exporter.daemon.exposition import ENUM_GAUGES, GAUGES, PREFIX
+from exporter.daemon.operation_metrics import OperationMetrics
 from tests.conftest import REPO_ROOT
 from tests.ecosystem.manifests import find, schema_errors
 

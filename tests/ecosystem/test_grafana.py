@@ -157,7 +157,7 @@ def test_a_broken_query_or_unknown_metric_fails_the_same_checks() -> None:
 
 
 def test_known_metric_list_matches_what_the_collector_exports() -> None:
-    import exporter.exposition as collector
+    import exporter.daemon.exposition as collector
 
     gauges = {collector.PREFIX + spec.name for spec in collector.GAUGES}
     enums = {collector.PREFIX + spec.name for spec in collector.ENUM_GAUGES}
@@ -182,7 +182,7 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
 
 
 def test_enum_gauges_are_state_timelines_of_the_current_value() -> None:
-    import exporter.exposition as collector
+    import exporter.daemon.exposition as collector
 
     timelines = [p for p in iter_panels(load_dashboard()) if p["type"] == "state-timeline"]
     for spec in collector.ENUM_GAUGES:
@@ -201,11 +201,11 @@ def test_enum_gauges_are_state_timelines_of_the_current_value() -> None:
 def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     from prometheus_client import CollectorRegistry
 
-    import exporter.daemon as daemon
-    import exporter.sources_from_config as sources_from_config
-    from exporter.clock import ManualClock
-    from exporter.config_loader import parse_config
-    from exporter.exposition import BuildInfoCollector
+    import exporter.collector.from_config as sources_from_config
+    import exporter.daemon.daemon as daemon
+    from exporter.base.clock import ManualClock
+    from exporter.config.loader import parse_config
+    from exporter.daemon.exposition import BuildInfoCollector
 
     dep = {
         "name": "llama",

@@ -363,7 +363,7 @@ def test_sidecars_read_every_vllm_pod_through_the_headless_service() -> None:
 
 @pytest.mark.parametrize("mode", ["sidecar", "central"])
 def test_sizer_configmap_is_accepted_by_the_daemon_config_loader(mode) -> None:
-    import exporter.config_loader as config_module
+    import exporter.config.loader as config_module
 
     config = config_module.parse_config(sizer_configs()[mode])  # ConfigError lists every bad key
     (dep,) = [d for d in config.deployments if d.name == SCALED]
@@ -409,7 +409,7 @@ def test_zero_object_scales_a_central_deployment_with_scale_from_zero() -> None:
     fallback_s = spec["fallback"]["failureThreshold"] * spec["pollingInterval"]
     assert spec["cooldownPeriod"] >= 2 * fallback_s
     # The daemon's loader accepts the zero deployment of the ConfigMap.
-    import exporter.config_loader as config_module
+    import exporter.config.loader as config_module
 
     config = config_module.parse_config(sizer_configs()["central"])
     (parsed,) = [d for d in config.deployments if d.name == ZERO]

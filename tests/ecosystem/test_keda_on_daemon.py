@@ -26,7 +26,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-import exporter.emulation.emulator as emulator
+import exporter.testbed.emulator as emulator
 import tests.integration.prometheus_server as prometheus_server
 from model import ServerConfig, ServiceParams
 from model.simulation.workloads import LengthDist, LengthKind
@@ -121,7 +121,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]
         config.write_text(yaml.safe_dump(daemon_config(fleet.urls, port, work / "state.json")))
         with log.open("wb") as out:
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config)],
+                [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(config)],
                 cwd=REPO_ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -223,5 +223,5 @@ def test_every_dashboard_query_returns_a_series_from_the_daemon(stack) -> None:
     assert len(queries) == len(panel_queries()) - 1
     empty = [expr for expr in queries if not instant(url, expr)]
     # The arrival CV exists in sidecar mode only (one loopback URL); this stack reads two pods.
-    # tests/exporter/reading/test_arrival_sampler.py checks the daemon exports it there.
+    # tests/exporter/collector/test_arrival_sampler.py checks the daemon exports it there.
     assert empty == ['max(vllm_sizer_arrival_cv{deployment="llama-8b-vllm"})']

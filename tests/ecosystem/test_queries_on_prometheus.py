@@ -24,7 +24,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 import tests.integration.prometheus_server as prometheus_server
-from exporter.exposition import ENUM_GAUGES, PREFIX
+from exporter.daemon.exposition import ENUM_GAUGES, PREFIX
 from tests.ecosystem.dashboard import EXPORTED_METRICS, panel_queries
 from tests.ecosystem.manifests import find
 from tests.ecosystem.sizer_stub import SizerValues, StubCollector, StubSizer

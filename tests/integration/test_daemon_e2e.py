@@ -24,7 +24,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.emulation.emulator import EmulatedFleet
+from exporter.testbed.emulator import EmulatedFleet
 from model import ServerConfig, ServiceParams, Workload, replicas_for_slo
 from model.simulation.workloads import LengthDist, LengthKind
 
@@ -86,7 +86,7 @@ def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config)],
+            [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(config)],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
 

@@ -47,7 +47,7 @@ def test_server_answers_before_the_kernel_compiles(tmp_path: Path) -> None:
     started = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config)],
+            [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(config)],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     try:

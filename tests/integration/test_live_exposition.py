@@ -17,8 +17,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.emulation.emulator import EmulatedFleet
-from exporter.errors import FailureReason
+from exporter.base.errors import FailureReason
+from exporter.testbed.emulator import EmulatedFleet
 from tests.integration.test_daemon_e2e import (
     REPO,
     fleet,  # noqa: F401  (the emulated replicas fixture)
@@ -94,7 +94,7 @@ def test_the_daemons_exposition_is_clean(fleet: EmulatedFleet, tmp_path: Path) -
 
 def test_the_demo_exports_wall_clock_time_and_build_info(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "exporter.commands.cli", "demo", "--minutes", "4"]
+    cmd = [sys.executable, "-m", "exporter.cli.main", "demo", "--minutes", "4"]
     cmd += ["--time-scale", "20", "--port", "0", "--out", str(tmp_path)]
     demo = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -15,17 +15,17 @@ from functools import partial
 import numpy as np
 import pytest
 
-from exporter.clock import ManualClock, SystemClock
-from exporter.emulation.emulator import EmulatedFleet
-from exporter.reading.observations import (
+from exporter.base.clock import ManualClock, SystemClock
+from exporter.collector.observations import (
     DeploymentObservation,
     ObservationStatus,
     observe_deployment,
 )
-from exporter.reading.pod_observation import Problem
-from exporter.reading.promapi import PrometheusClient
-from exporter.reading.sources import PrometheusSource, ScrapeSource
-from exporter.reading.vllm_metrics import BUCKETED, HistogramName
+from exporter.collector.pod_observation import Problem
+from exporter.collector.promapi import PrometheusClient
+from exporter.collector.sources import PrometheusSource, ScrapeSource
+from exporter.collector.vllm_metrics import BUCKETED, HistogramName
+from exporter.testbed.emulator import EmulatedFleet
 from model.queueing.params import ServerConfig, ServiceParams
 from model.simulation.workloads import LengthDist, LengthKind
 from tests.fixtures.metrics_server import MetricsServer

@@ -26,8 +26,11 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, start_http_server
 
-from exporter.clock import SystemClock
-from exporter.config import (
+from exporter.base.clock import SystemClock
+from exporter.collector.demand import DemandSource
+from exporter.collector.promapi import PrometheusClient
+from exporter.collector.sources import PrometheusSource
+from exporter.config.values import (
     Config,
     DeploymentConfig,
     PrometheusConfig,
@@ -36,14 +39,11 @@ from exporter.config import (
     SourceConfig,
     TunerConfig,
 )
-from exporter.daemon import Daemon
-from exporter.emulation.emulator import EmulatedFleet
-from exporter.exposition import DeploymentStatus
-from exporter.reading.demand import DemandSource
-from exporter.reading.promapi import PrometheusClient
-from exporter.reading.sources import PrometheusSource
-from exporter.recommender import Reason
-from exporter.statefile import StateFile
+from exporter.daemon.daemon import Daemon
+from exporter.daemon.exposition import DeploymentStatus
+from exporter.daemon.statefile import StateFile
+from exporter.sizing.recommender import Reason
+from exporter.testbed.emulator import EmulatedFleet
 from model import ServerConfig, ServiceParams, Workload, replicas_for_slo
 from model.simulation.workloads import LengthDist, LengthKind
 from tests.ecosystem.dashboard import panel_queries

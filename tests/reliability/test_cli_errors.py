@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.commands.cli import main
+from exporter.cli.main import main
 
 POINTS = "rate_rps,avg_input_tokens,avg_output_tokens,ttft_ms,itl_ms\n1,1000,500,40,8\n"
 

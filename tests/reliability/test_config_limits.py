@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from exporter.config import (
+from exporter.base.errors import ConfigError
+from exporter.config.checks import MAX_PROBLEMS_SHOWN, SHOWN_CHARS
+from exporter.config.loader import parse_config
+from exporter.config.values import (
     MAX_CYCLE_PERIOD_S,
     MAX_DEPLOYMENTS,
     MAX_MODEL_CELLS,
@@ -23,9 +26,6 @@ from exporter.config import (
     MAX_TUNER_WINDOW,
     MIB,
 )
-from exporter.config_checks import MAX_PROBLEMS_SHOWN, SHOWN_CHARS
-from exporter.config_loader import parse_config
-from exporter.errors import ConfigError
 
 
 def deployment(name: str = "llama", **overrides: Any) -> dict[str, Any]:

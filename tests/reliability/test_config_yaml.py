@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config_checks import MAX_CONFIG_BYTES, UnusableConfigError, read_yaml
-from exporter.config_loader import load_config
-from exporter.errors import ConfigError
+from exporter.base.errors import ConfigError
+from exporter.config.checks import MAX_CONFIG_BYTES, UnusableConfigError, read_yaml
+from exporter.config.loader import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def test_an_alias_bomb_is_refused_at_startup_in_one_line(tmp_path: Path) -> None
     path.write_text(billion_laughs())
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(path)],
+        [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(path)],
         capture_output=True,
         text=True,
         timeout=60,

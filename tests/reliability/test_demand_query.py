@@ -11,8 +11,12 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.clock import ManualClock
-from exporter.config import (
+from exporter.base.clock import ManualClock
+from exporter.base.errors import FailureReason, PrometheusQueryError
+from exporter.collector.demand import DemandSource
+from exporter.collector.promapi import PrometheusClient
+from exporter.collector.sources import SourceRead
+from exporter.config.values import (
     Config,
     DemandKind,
     DeploymentConfig,
@@ -21,12 +25,8 @@ from exporter.config import (
     SloConfig,
     SourceConfig,
 )
-from exporter.daemon import Daemon
-from exporter.errors import FailureReason, PrometheusQueryError
-from exporter.reading.demand import DemandSource
-from exporter.reading.promapi import PrometheusClient
-from exporter.reading.sources import SourceRead
-from exporter.recommender import Reason
+from exporter.daemon.daemon import Daemon
+from exporter.sizing.recommender import Reason
 from model import ServerConfig, ServiceParams
 from tests.reliability.fault_server import Fault, FaultServer
 
@@ -137,7 +137,7 @@ def test_the_daemon_counts_logs_once_and_holds_zero_while_the_query_fails(
                 "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
             ) == 0.0
             assert {errors(r) for r in FailureReason} == {0.0}  # every reason exists from start
-            caplog.set_level(logging.DEBUG, logger="exporter.reading.demand")
+            caplog.set_level(logging.DEBUG, logger="exporter.collector.demand")
             for body, reason, _ in BAD_ANSWERS:
                 answers["body"] = body
                 assert cycle() == (0, Reason.DEMAND_UNKNOWN), body

@@ -18,11 +18,11 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
-from exporter.daemon import Daemon
-from exporter.reading.sources import SourceRead
-from exporter.server import SizerHTTPServer
+from exporter.base.clock import ManualClock
+from exporter.collector.sources import SourceRead
+from exporter.config.values import Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon.daemon import Daemon
+from exporter.daemon.server import SizerHTTPServer
 from model import ServerConfig, ServiceParams, Workload
 
 pytestmark = pytest.mark.integration  # real HTTP on loopback

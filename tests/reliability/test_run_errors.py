@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.config import Config
-from exporter.config_loader import listen_problem
-from exporter.server import SizerHTTPServer
+from exporter.config.loader import listen_problem
+from exporter.config.values import Config
+from exporter.daemon.server import SizerHTTPServer
 
 REPO = Path(__file__).resolve().parents[2]
 NO_SUCH_HOST = "no-such-host.invalid"  # RFC 2606: never resolves
@@ -42,7 +42,7 @@ deployments:
 def run(config: Path) -> tuple[int, list[str], str]:
     # Today's daemon starts (and is killed by the timeout) where it should have refused.
     done = subprocess.run(
-        [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config)],
+        [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(config)],
         capture_output=True,
         timeout=30,
         cwd=REPO,

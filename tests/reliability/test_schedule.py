@@ -21,8 +21,8 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from exporter.clock import ManualClock, SystemClock
-from exporter.scheduler import LIVE_PERIODS, PeriodicScheduler, next_start
+from exporter.base.clock import ManualClock, SystemClock
+from exporter.daemon.scheduler import LIVE_PERIODS, PeriodicScheduler, next_start
 
 PERIOD_S = 30.0
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def test_a_failing_cycle_does_not_end_the_schedule(caplog: pytest.LogCaptureFixt
             raise RuntimeError("cycle bug")
 
     fake = FakeTime(cycles=4)
-    with caplog.at_level(logging.DEBUG, logger="exporter.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="exporter.daemon.scheduler"):
         fake.run(fail)
     assert len(fake.starts) == 4
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -218,7 +218,7 @@ def test_sigterm_ends_the_daemon_within_5_s_while_a_cycle_runs(
     log = tmp_path / "daemon.log"
     with log.open("wb") as out:
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "exporter.commands.cli", "run", "--config", str(config)],
+            [sys.executable, "-m", "exporter.cli.main", "run", "--config", str(config)],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )  # fmt: skip

@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.clock import ManualClock
-from exporter.config import MIB, Config, DeploymentConfig, SloConfig, SourceConfig
-from exporter.daemon import Daemon
-from exporter.errors import FailureReason
-from exporter.reading.arrival_sampler import ArrivalSampler
-from exporter.reading.observations import DeploymentObservation, WindowTracker
-from exporter.reading.pod_observation import Problem
-from exporter.reading.promapi import PrometheusClient
-from exporter.reading.sources import ScrapeSource, SourceRead
-from exporter.reading.vllm_metrics import parse_exposition
-from exporter.recommender import Reason
-from exporter.sources_from_config import build_sources
-from exporter.statefile import StateFile
+from exporter.base.clock import ManualClock
+from exporter.base.errors import FailureReason
+from exporter.collector.arrival_sampler import ArrivalSampler
+from exporter.collector.from_config import build_sources
+from exporter.collector.observations import DeploymentObservation, WindowTracker
+from exporter.collector.pod_observation import Problem
+from exporter.collector.promapi import PrometheusClient
+from exporter.collector.sources import ScrapeSource, SourceRead
+from exporter.collector.vllm_metrics import parse_exposition
+from exporter.config.values import MIB, Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon.daemon import Daemon
+from exporter.daemon.statefile import StateFile
+from exporter.sizing.recommender import Reason
 from model import ServerConfig, ServiceParams
 from tests.fixtures.memory import peak_traced_mib
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
@@ -358,7 +358,7 @@ def test_a_blip_or_a_restart_keeps_the_recommendation(tmp_path: Path) -> None:
 
 
 def test_restored_history_is_clamped_to_the_bounds_and_the_window(tmp_path: Path) -> None:
-    from exporter.recommender import Recommender
+    from exporter.sizing.recommender import Recommender
 
     dep = deployment("d", "http://127.0.0.1:1/", max_replicas=8, scale_down_stabilization_s=300)
     rec = Recommender(dep)

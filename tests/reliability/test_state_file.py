@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from exporter.clock import ManualClock
-from exporter.config import Config, DeploymentConfig, SloConfig, SourceConfig
-from exporter.daemon import Daemon
-from exporter.deployment_state import saved_state
-from exporter.statefile import MAX_STATE_BYTES, STATE_VERSION, StateFile
+from exporter.base.clock import ManualClock
+from exporter.config.values import Config, DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon.daemon import Daemon
+from exporter.daemon.deployment_state import saved_state
+from exporter.daemon.statefile import MAX_STATE_BYTES, STATE_VERSION, StateFile
 from model import Observation, ServerConfig, ServiceParams
 
 LLAMA = ServiceParams(6.68, 2.01e-2, 5.52e-5)
@@ -104,12 +104,12 @@ def test_an_unusable_file_is_set_aside_with_one_warning(
 ) -> None:
     path = tmp_path / "state.json"
     path.write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="exporter.statefile"):
+    with caplog.at_level(logging.WARNING, logger="exporter.daemon.statefile"):
         assert StateFile(path).load() == {}
     (aside,) = tmp_path.glob("state.json.bad-*")
     assert aside.read_bytes() == content and not path.exists()
     assert int(aside.name.rsplit("-", 1)[1]) > 1_600_000_000  # unix seconds
-    records = [r for r in caplog.records if r.name == "exporter.statefile"]
+    records = [r for r in caplog.records if r.name == "exporter.daemon.statefile"]
     assert len(records) == 1 and str(aside) in records[0].getMessage()
 
 

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from bench.real_vllm.server import ServerOptions, free_port, vllm_server
-from exporter.clock import SystemClock
-from exporter.emulation.load_run import LoadResult, LoadSpec, RequestStatus
-from exporter.emulation.loadgen import run_load
-from exporter.errors import FailureReason
-from exporter.reading.observations import observe_deployment
-from exporter.reading.pod_observation import Problem
-from exporter.reading.sources import ScrapeSource, SourceRead
-from exporter.reading.vllm_metrics import CounterName
+from exporter.base.clock import SystemClock
+from exporter.base.errors import FailureReason
+from exporter.collector.observations import observe_deployment
+from exporter.collector.pod_observation import Problem
+from exporter.collector.sources import ScrapeSource, SourceRead
+from exporter.collector.vllm_metrics import CounterName
+from exporter.testbed.load_run import LoadResult, LoadSpec, RequestStatus
+from exporter.testbed.loadgen import run_load
 from tests.vllm.conftest import require_prepared
 
 pytestmark = pytest.mark.vllm

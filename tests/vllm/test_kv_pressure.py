@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from bench.real_vllm.server import RunningServer, ServerOptions, vllm_server
-from exporter.clock import SystemClock
-from exporter.emulation.load_run import LoadResult, LoadSpec
-from exporter.emulation.loadgen import run_load
-from exporter.reading.observations import observe_deployment
-from exporter.reading.saturation import Saturation
-from exporter.reading.sources import ScrapeSource, SourceRead
+from exporter.base.clock import SystemClock
+from exporter.collector.observations import observe_deployment
+from exporter.collector.saturation import Saturation
+from exporter.collector.sources import ScrapeSource, SourceRead
+from exporter.testbed.load_run import LoadResult, LoadSpec
+from exporter.testbed.loadgen import run_load
 from tests.vllm.conftest import require_prepared
 
 pytestmark = pytest.mark.vllm

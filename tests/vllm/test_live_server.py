@@ -10,18 +10,18 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.real_vllm.server import RunningServer
-from exporter.clock import SystemClock
-from exporter.emulation.load_run import LoadResult, LoadSpec
-from exporter.emulation.loadgen import run_load
-from exporter.reading.observations import observe_deployment
-from exporter.reading.sources import ScrapeSource, SourceRead
-from exporter.reading.vllm_metrics import (
+from exporter.base.clock import SystemClock
+from exporter.collector.observations import observe_deployment
+from exporter.collector.sources import ScrapeSource, SourceRead
+from exporter.collector.vllm_metrics import (
     CounterName,
     GaugeName,
     HistogramName,
     SampleStatus,
     parse_exposition,
 )
+from exporter.testbed.load_run import LoadResult, LoadSpec
+from exporter.testbed.loadgen import run_load
 
 pytestmark = pytest.mark.vllm
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter.reading.observations import ObservationStatus
-from exporter.reading.pod_observation import Problem
-from exporter.reading.vllm_metrics import HistogramName
+from exporter.collector.observations import ObservationStatus
+from exporter.collector.pod_observation import Problem
+from exporter.collector.vllm_metrics import HistogramName
 from exporter.replay.perfect import observe_window
 from model.queueing.params import ServerConfig, ServiceParams
 from model.simulation.simulator import Simulator

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from exporter.config import DeploymentConfig, SloConfig, SourceConfig
+from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
 from exporter.replay.perfect import WindowView, observe_window
 from exporter.replay.policies import (
     FixedPolicy,

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.commands.cli import main
-from exporter.commands.fit import read_observations
+from exporter.cli.fit import read_observations
+from exporter.cli.main import main
 from exporter.replay.trace import parse_time
 from model import ServerConfig, fit
 from tests.conftest import DATA_DIR, REPO_ROOT
@@ -121,7 +121,7 @@ def test_rate_profile_input(tmp_path: Path) -> None:
 
 def _start(tmp_path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "exporter.commands.cli", "replay", "--trace", str(TRACE),
+        [sys.executable, "-m", "exporter.cli.main", "replay", "--trace", str(TRACE),
          "--config", str(CONFIG), "--out", str(tmp_path), "--progress", "always"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from exporter.config import SloConfig
-from exporter.errors import ConfigError
+from exporter.base.errors import ConfigError
+from exporter.config.values import SloConfig
 from exporter.replay.hpa import Behavior
 from exporter.replay.policies import ReactiveMetric
 from exporter.replay.scoring import Target, Trailing, targets_of

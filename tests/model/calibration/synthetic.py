@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from exporter.commands.fit import read_observations
+from exporter.cli.fit import read_observations
 from model import Observation, ServerConfig, ServiceParams
 from model.queueing.analyzer import analyze_points
 from tests.conftest import DATA_DIR

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import bench.single_shape
+import bench.lib.single_shape
 from bench.short_windows import SCENARIO, TRUE, run
 from bench.tuner_robustness import SERVER
 from model import Workload, max_rate_for_slo
@@ -45,4 +45,4 @@ def test_a_seeded_tuner_on_short_windows_keeps_the_capacity_near_the_truth() -> 
         assert float(np.median(np.array(capacity) / truth)) < 1.2
     # The bench's 5 s windows are its own: the module's default stays what other tests use (it
     # was once set globally, and the single-shape tests after this one ran on 5 s windows).
-    assert bench.single_shape.WINDOW_S == 30.0
+    assert bench.lib.single_shape.WINDOW_S == 30.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter.emulation.emulator_metrics import token_buckets
+from exporter.testbed.emulator_metrics import token_buckets
 from model.calibration.histogram import MIN_LENGTH_OBSERVATIONS, WindowHistogram, length_cv
 from model.simulation.workloads import LengthDist, LengthKind
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from exporter.config import DeploymentConfig, SloConfig, SourceConfig
-from exporter.forecast import forecast
+from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
+from exporter.sizing.forecast import forecast
 from model import Observation, ServerConfig, ServiceParams, Tuner, Workload, analyze
 from model.calibration.fit import fit
 from model.calibration.itl_curve import (

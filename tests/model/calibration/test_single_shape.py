@@ -11,11 +11,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bench.single_shape import saturation_rate_rps, simulate_windows, wandering_profile
-from exporter.config import DeploymentConfig, SloConfig, SourceConfig, TunerConfig
-from exporter.deployment_state import DeploymentRuntime, new_tuner, restore_state, tuner_observation
-from exporter.reading.observations import WindowTracker
-from exporter.recommender import Recommender
+from bench.lib.single_shape import saturation_rate_rps, simulate_windows, wandering_profile
+from exporter.collector.observations import WindowTracker
+from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig, TunerConfig
+from exporter.daemon.deployment_state import (
+    DeploymentRuntime,
+    new_tuner,
+    restore_state,
+    tuner_observation,
+)
+from exporter.sizing.recommender import Recommender
 from model import (
     Observation,
     ServerConfig,
@@ -27,7 +32,7 @@ from model import (
 )
 from model.queueing.sizing import max_rate_for_slo
 from tests.conftest import DATA_DIR
-from tests.exporter.test_recommender import observation
+from tests.exporter.sizing.test_recommender import observation
 
 TRUTH = ServiceParams(6.68, 2.01e-2, 5.52e-5)
 SERVER = ServerConfig(max_batch_size=128)

@@ -12,11 +12,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bench.single_shape import saturation_rate_rps, shifted, simulate_windows, wandering_profile
-from exporter.config import DeploymentConfig, SloConfig, SourceConfig
-from exporter.deployment_state import tuner_observation
-from exporter.forecast import forecast
+from bench.lib.single_shape import saturation_rate_rps, shifted, simulate_windows, wandering_profile
+from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon.deployment_state import tuner_observation
 from exporter.replay.perfect import WindowView
+from exporter.sizing.forecast import forecast
 from model import Observation, ServerConfig, ServiceParams, Tuner, Workload
 from model.simulation.workloads import RateProfile
 

@@ -2,7 +2,7 @@
 tests/data/analyze-baseline.json.
 
 The file was written by `python -m tests.model.queueing.analyze_cases` from the numpy model
-(before model/queueing/kernel_*.py); the refined option sets' rows were re-recorded with
+(before model/queueing/kernel/*.py); the refined option sets' rows were re-recorded with
 `run_case` and `run_points` when the refined mean TTFT took the prefill-work queue and the
 prompts joining a step (the paper variant's rows are the numpy model's).
 tests/model/queueing/test_kernel_numerics.py recomputes every case and compares each output

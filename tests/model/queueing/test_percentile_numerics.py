@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from model import FirstToken
-from model.queueing import kernel_latency
-from model.queueing.kernel_samples import count_at
+from model.queueing.kernel import latency as kernel_latency
+from model.queueing.kernel.samples import count_at
 from tests.model.queueing.analyze_cases import VARIANTS, cases
 from tests.model.queueing.percentile_cases import BASELINE_PATH, run_quantiles, run_sizing
 

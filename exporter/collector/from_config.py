@@ -1,0 +1,65 @@
+"""The I/O a configuration asks for: one vLLM metrics source per deployment and, for each
+deployment that scales to zero, its demand query; one Prometheus client serves them all."""
+
+from __future__ import annotations
+
+from exporter.base.clock import Clock
+from exporter.collector.demand import DemandSource
+from exporter.collector.promapi import PrometheusClient
+from exporter.collector.sources import PrometheusSource, ScrapeSource, Source
+from exporter.config.values import Config
+
+
+def prometheus_client(config: Config) -> PrometheusClient | None:
+    """The client of the `prometheus` section (None without one)."""
+    if config.prometheus is None:
+        return None
+    return PrometheusClient(
+        config.prometheus.url,
+        timeout_s=config.prometheus.timeout_s,
+        bearer_token_file=config.prometheus.bearer_token_file,
+        ca_file=config.prometheus.ca_file,
+        max_body_bytes=config.max_response_bytes,
+    )
+
+
+def build_sources(
+    config: Config, clock: Clock, client: PrometheusClient | None = None
+) -> dict[str, Source]:
+    """One source per deployment, from its `source` section; `client` (default: a new one from
+    the `prometheus` section) serves the Prometheus sources."""
+    client = client or prometheus_client(config)
+    sources: dict[str, Source] = {}
+    for dep in config.deployments:
+        src = dep.source
+        if src.prometheus_selector is not None:
+            assert client is not None  # config validation guarantees the prometheus section
+            sources[dep.name] = PrometheusSource(
+                client=client,
+                clock=clock,
+                selector=src.prometheus_selector,
+                model_name=dep.model_name,
+            )
+        else:
+            sources[dep.name] = ScrapeSource(
+                clock=clock,
+                urls=src.scrape_urls,
+                service_url=src.scrape_service,
+                model_name=dep.model_name,
+                timeout_s=src.scrape_timeout_s,
+                max_body_bytes=config.max_response_bytes,
+            )
+    return sources
+
+
+def build_demand_sources(
+    config: Config, client: PrometheusClient | None = None
+) -> dict[str, DemandSource]:
+    """One demand source per deployment with scale_from_zero (config validation guarantees
+    the prometheus section for them); `client` as for build_sources."""
+    client = client or prometheus_client(config)
+    return {
+        dep.name: DemandSource(client=client, query=dep.scale_from_zero.demand_query)
+        for dep in config.deployments
+        if dep.scale_from_zero is not None and client is not None
+    }

@@ -1,0 +1,1 @@
+"""The daemon's configuration: frozen values, the YAML loader and its key checks."""

@@ -1,0 +1,418 @@
+"""Composition root: one cycle = read, observe, tune, decide, publish, save.
+
+`Daemon` is given everything it needs (config, sources, registry, state file, clock) and never
+sleeps: the scheduler at the edge (commands/run.py, commands/demo.py) calls `run_cycle()`. A
+deployment that fails is logged, counted and skipped; the others go on, and every deployment
+keeps its calibration.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+
+from prometheus_client import CollectorRegistry
+
+from exporter.base.clock import Clock
+from exporter.base.errors import FailureReason, SourceError
+from exporter.collector.arrival_sampler import ArrivalSampler
+from exporter.collector.demand import DemandSource, DemandWatch
+from exporter.collector.observations import DeploymentObservation, ObservationStatus, WindowTracker
+from exporter.collector.pod_observation import Problem
+from exporter.collector.sources import Source, pod_name_for_url
+from exporter.config.values import Config, SourceKind
+from exporter.daemon.cycle_reads import READ_DEADLINE, Reads, late_read, read_deployment
+from exporter.daemon.deployment_state import (
+    DeploymentRuntime,
+    new_tuner,
+    restore_state,
+    saved_state,
+    tuner_observation,
+)
+from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
+from exporter.daemon.log_lines import FailureStreaks, log_unexpected
+from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
+from exporter.daemon.statefile import StateFile
+from exporter.sizing.recommender import (
+    Decision,
+    Recommender,
+    saturated,
+    slo_headroom_ratio,
+)
+from exporter.sizing.traffic import model_inputs, used_cvs
+from exporter.sizing.what_if import WhatIf, what_if
+from model import Observation, TunerReason
+
+logger = logging.getLogger(__name__)
+
+# Windows whose arrival rate moved more than this fraction from the previous window are not
+# fed to the tuner: the model describes steady state, and latencies lag a load step.
+MAX_RATE_CHANGE = 0.25
+# Nor are windows in which a pod joined or left, or the next ones: the load moves between pods
+# and the old pods' batches drain for about a request's duration (long outputs: a minute).
+SETTLE_WINDOWS = 2
+
+# /readyz: ready while the last successful cycle is at most this many periods old.
+READY_PERIODS = 3.0
+
+
+class Daemon:
+    """Runs cycles over every configured deployment and publishes their results."""
+
+    def __init__(
+        self,
+        config: Config,
+        sources: Mapping[str, Source],
+        registry: CollectorRegistry,
+        clock: Clock,
+        statefile: StateFile | None = None,
+        *,
+        wall_clock: Clock | None = None,
+        demand: Mapping[str, DemandSource] | None = None,
+        samplers: Mapping[str, ArrivalSampler] | None = None,
+    ) -> None:
+        """`clock` drives the cycle (windows, readiness); `wall_clock` (default: `clock`) times
+        what is exported, so a simulation's daemon still exports wall-clock timestamps;
+        `demand` has the demand query of each deployment with scale_from_zero; `samplers`
+        (sidecar mode, started by the caller) give deployments their arrival CV."""
+        demand = demand or {}
+        missing = [d.name for d in config.deployments if d.scale_from_zero and d.name not in demand]
+        if missing:
+            raise ValueError(
+                f"`demand` must have a source for each scale_from_zero deployment, "
+                f"got none for {', '.join(missing)}"
+            )
+        self.config = config
+        self._clock = clock
+        self._wall_clock = wall_clock or clock
+        self._statefile = statefile
+        self._samplers = dict(samplers or {})
+        self.collector = SnapshotCollector()
+        registry.register(self.collector)
+        self.metrics = OperationMetrics(registry, config.deployments)
+        self._failures = FailureStreaks(logger)
+        self._readers = ThreadPoolExecutor(
+            max_workers=max(1, len(config.deployments)),
+            thread_name_prefix="vllm-sizer-read",
+        )
+        self._last_success_mono: float | None = None
+        self.runtimes = {
+            dep.name: DeploymentRuntime(
+                config=dep,
+                source=sources[dep.name],
+                tuner=new_tuner(dep),
+                recommender=Recommender(dep),
+                tracker=WindowTracker(dep.name),
+                demand=demand.get(dep.name) if dep.scale_from_zero else None,
+                demand_watch=DemandWatch(dep.name) if dep.scale_from_zero else None,
+            )
+            for dep in config.deployments
+        }
+        self._restore()
+
+    # -- one cycle -------------------------------------------------------------------------
+
+    def run_cycle(self) -> CycleSnapshot:
+        """Read every deployment's source in parallel, then observe, tune, decide for each;
+        publish and save."""
+        start = self._wall_clock.monotonic()
+        now_s = self._clock.time()
+        reads = self._read_all(now_s - self.config.cycle_period_s)
+        statuses: list[DeploymentStatus] = []
+        observed_any = False
+        for runtime in self.runtimes.values():
+            try:
+                observed_any |= self._cycle_deployment(runtime, now_s, reads[runtime.config.name])
+            except Exception as exc:  # the per-deployment guard, the only catch-all
+                log_unexpected(logger, f"{runtime.config.name}: cycle failed", exc)
+                dep = runtime.config
+                self.metrics.scrape_errors.labels(
+                    dep.name, dep.source.kind, FailureReason.INTERNAL
+                ).inc()
+                runtime.observation = None
+            if runtime.recommender.last is not None:  # a first cycle that failed has none to show
+                statuses.append(self._status(runtime))
+        snapshot = CycleSnapshot(tuple(statuses))
+        self.collector.publish(snapshot)
+        self._save()
+        outcome = cycle_outcome(
+            observed_any, [runtime.observation for runtime in self.runtimes.values()]
+        )
+        if observed_any:
+            self.metrics.last_success.set(self._wall_clock.time())
+            self._last_success_mono = self._clock.monotonic()
+        self.metrics.observe_cycle(self._wall_clock.monotonic() - start, outcome)
+        return snapshot
+
+    def close(self) -> None:
+        """Stop the reader threads without waiting for a read still in flight."""
+        self._readers.shutdown(wait=False, cancel_futures=True)
+
+    def _read_all(self, past_s: float) -> dict[str, Future[Reads]]:
+        """Start every deployment's read and wait for all of them, at most READ_DEADLINE of a
+        period: one slow source never holds up the others' cycles."""
+        futures: dict[str, Future[Reads]] = {}
+        for name, runtime in self.runtimes.items():
+            pending = runtime.pending_read
+            if pending is not None and not pending.done():
+                futures[name] = pending  # still on last cycle's read: no second one in flight
+                continue
+            runtime.pending_read = self._readers.submit(read_deployment, runtime, past_s)
+            futures[name] = runtime.pending_read
+        wait(futures.values(), timeout=READ_DEADLINE * self.config.cycle_period_s)
+        return futures
+
+    def _cycle_deployment(
+        self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]
+    ) -> bool:
+        """Observe, tune and decide for one deployment; `runtime.observation` is this cycle's
+        (None when its source failed). True when the deployment was observed."""
+        dep = runtime.config
+        reads = future.result() if future.done() else None
+        demand = self._demand(runtime, reads)
+        try:
+            if reads is None:
+                raise late_read()
+            if isinstance(reads.now, SourceError):
+                raise reads.now
+            history, read = reads.history, reads.now
+        except SourceError as exc:
+            self._failures.failed(dep.name, exc.reason, str(exc))
+            self.metrics.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
+            runtime.observation = None
+            decision = runtime.recommender.decide(
+                now_s, None, runtime.params, None, demand=demand
+            )
+            self._log(runtime, decision)
+            return False
+        self._failures.succeeded(dep.name)
+        if history is not None and not runtime.tracker.primed:
+            runtime.tracker.observe(history)  # the first cycle already closes a whole window
+        for failure in read.failures:
+            self.metrics.scrape_errors.labels(dep.name, dep.source.kind, failure.reason).inc()
+        obs = runtime.tracker.observe(read, self._sampler_falls(runtime, read.time_s))
+        runtime.observation = obs
+        if obs.windows:
+            runtime.slo_window.add(obs.end_time_s, obs.windows)
+        for problem in obs.problems:
+            self.metrics.observation_problems.labels(dep.name, problem).inc()
+        if obs.status is ObservationStatus.MODEL_NOT_FOUND:
+            self.metrics.scrape_errors.labels(
+                dep.name, dep.source.kind, FailureReason.MODEL_NOT_FOUND
+            ).inc()
+        if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
+            try:
+                runtime.note_shape(obs)
+            except ValueError as exc:
+                logger.warning("%s: unusable request shape: %s", dep.name, exc)
+        runtime.note_rate(obs)
+        shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
+        runtime.inputs = model_inputs(dep, shape, runtime.workload)
+        self._tune(runtime, obs)
+        decision = runtime.recommender.decide(
+            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs,
+            demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
+        )  # fmt: skip
+        runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
+        self._log(runtime, decision)
+        # At zero the demand is the observation: a read that found no pod and a demand read
+        # make a successful cycle (readiness, the KEDA query's freshness guard, the alerts).
+        empty = obs.status is ObservationStatus.NO_PODS and obs.ready_pods == 0
+        return obs.success or (empty and demand is not None)
+
+    def _demand(self, runtime: DeploymentRuntime, reads: Reads | None) -> float | None:
+        """This cycle's demand (None: no scale_from_zero, or the read failed: counted under
+        source "demand" and logged once per run of failures)."""
+        if runtime.demand_watch is None:
+            return None
+        outcome = late_read() if reads is None or reads.demand is None else reads.demand
+        if isinstance(outcome, SourceError):
+            dep = runtime.config
+            self.metrics.scrape_errors.labels(dep.name, SourceKind.DEMAND, outcome.reason).inc()
+            runtime.demand_watch.failed(outcome)
+            runtime.demand_value = None
+        else:
+            runtime.demand_watch.answered()
+            runtime.demand_value = outcome.value
+        return runtime.demand_value
+
+    def _sampler_falls(self, runtime: DeploymentRuntime, end_s: float) -> frozenset[str]:
+        """The deployment's pod, if its arrival sampler saw the counter fall since the last
+        read: a second process behind the URL that the cycle's two reads may have missed."""
+        sampler = self._samplers.get(runtime.config.name)
+        start_s = runtime.tracker.last_read_s
+        if sampler is None or start_s is None or not sampler.fell(start_s, end_s):
+            return frozenset()
+        return frozenset({pod_name_for_url(sampler.url)})
+
+    def _dispersion(
+        self, runtime: DeploymentRuntime, obs: DeploymentObservation
+    ) -> tuple[float, float] | None:
+        """The sampler's (index of dispersion, requests) over the observation's window, if
+        the deployment has a sampler and the window a reading; a gap is a counted problem."""
+        sampler = self._samplers.get(runtime.config.name)
+        if sampler is None or not obs.observed_pods:
+            return None
+        reading = sampler.reading(obs.end_time_s - obs.window_s, obs.end_time_s)
+        if reading.problem is not None:
+            self.metrics.observation_problems.labels(runtime.config.name, reading.problem).inc()
+        if reading.index is None:
+            return None
+        return reading.index, reading.requests
+
+    def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
+        """Feed the window to the tuner as a per-replica point when it is one, else tell the
+        tuner a cycle passed without one (`Tuner.idle`: a recovery must not wait for points)."""
+        previous, runtime.previous_rate_rps = runtime.previous_rate_rps, obs.arrival_rate_rps
+        if (point := self._point(runtime, obs, previous)) is None:
+            runtime.tuner.idle()
+        else:
+            runtime.tuner.update(point)
+
+    def _point(
+        self, runtime: DeploymentRuntime, obs: DeploymentObservation, previous: float | None
+    ) -> Observation | None:
+        """The window as a tuner point, or None when it is not one to fit."""
+        if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
+            return None
+        if obs.unobserved_pods:  # the load of some pods is an estimate: not a point to fit
+            return None
+        if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
+            return None
+        if obs.new_pods or obs.gone_pods:
+            runtime.unsettled = SETTLE_WINDOWS + 1  # this window and the next ones
+        settling = runtime.unsettled > 0
+        runtime.unsettled = max(runtime.unsettled - 1, 0)
+        moved = previous is not None and abs(obs.arrival_rate_rps - previous) > (
+            MAX_RATE_CHANGE * max(obs.arrival_rate_rps, previous)
+        )
+        if moved or settling:
+            self.metrics.observation_problems.labels(
+                runtime.config.name, Problem.NON_STATIONARY
+            ).inc()
+            return None
+        cvs = used_cvs(runtime.config, runtime.traffic.shape)
+        try:
+            point = tuner_observation(
+                obs, runtime.config.server.max_batch_size, cvs, tuple(runtime.rates)
+            )
+        except ValueError as exc:
+            logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
+            self.metrics.observation_problems.labels(
+                runtime.config.name, Problem.INVALID_OBSERVATION
+            ).inc()
+            return None
+        return point
+
+    def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
+        dep, obs = runtime.config, runtime.observation
+        decision = runtime.recommender.last
+        assert decision is not None  # run_cycle publishes only deployments with a decision
+        fit = runtime.tuner.last_fit
+        return DeploymentStatus(
+            deployment=dep.name,
+            model_name=dep.model_name,
+            decision=decision,
+            params=runtime.params,
+            tuner_state=runtime.tuner.state,
+            tuner_reason=runtime.tuner.reason,
+            fit_ttft_error=None if fit is None else fit.ttft_error.mean_ratio,
+            fit_itl_error=None if fit is None else fit.itl_error.mean_ratio,
+            observed_ttft_ms=None if obs is None else obs.ttft_ms,
+            observed_itl_ms=None if obs is None else obs.itl_ms,
+            slo_ttft_ms=dep.slo.ttft_ms,
+            slo_itl_ms=dep.slo.itl_ms,
+            source_up=obs is not None and obs.read_pods > 0,
+            pods_observed=0 if obs is None else obs.read_pods,
+            saturated=saturated(decision, obs),
+            slo_headroom_ratio=slo_headroom_ratio(decision),
+            demand=runtime.demand_value,
+            demand_kind=None if dep.scale_from_zero is None else dep.scale_from_zero.demand,
+            traffic=runtime.traffic.shape,
+            kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
+            calibration_confidence=runtime.tuner.confidence(),
+            identified=None if runtime.params is None else runtime.tuner.identified,
+            slo_percentiles=dep.slo.percentiles,
+            observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
+            slo_window_requests=runtime.slo_window.requests(),
+        )
+
+    def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
+        obs, params = runtime.observation, runtime.params
+        logger.info(
+            "deployment=%s rate_rps=%s replicas=%s->%s reason=%s ttft_ms=%s/%s itl_ms=%s/%s "
+            "params_ms=%s tuner=%s",
+            runtime.config.name,
+            _fmt(d.arrival_rate_rps),
+            "-" if d.current_replicas is None else d.current_replicas,
+            "-" if d.desired_replicas is None else d.desired_replicas,
+            d.reason.value,
+            _fmt(None if obs is None else obs.ttft_ms),
+            _fmt(d.predicted_ttft_ms),
+            _fmt(None if obs is None else obs.itl_ms),
+            _fmt(d.predicted_itl_ms),
+            "-"
+            if params is None
+            else f"{params.alpha_ms:.4g},{params.beta_ms:.4g},{params.gamma_ms:.4g}",
+            _tuner_text(runtime),
+        )
+
+    # -- health and what-if ----------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """True while a cycle observed something within the last READY_PERIODS periods."""
+        if self._last_success_mono is None:
+            return False
+        age = self._clock.monotonic() - self._last_success_mono
+        return age <= READY_PERIODS * self.config.cycle_period_s
+
+    def predict(
+        self,
+        deployment: str,
+        rate_rps: float,
+        replicas: int | None,
+        quantiles: tuple[float, ...] = (),
+    ) -> WhatIf:
+        """What-if at a total rate with the current parameters, with the model's percentiles
+        at `quantiles` (LookupError if impossible)."""
+        runtime = self.runtimes.get(deployment)
+        if runtime is None:
+            raise LookupError(f"unknown deployment {deployment!r}")
+        params, workload = runtime.params, runtime.workload
+        if params is None or workload is None:
+            raise LookupError(f"deployment {deployment!r} has no calibrated model yet")
+        last = runtime.recommender.last
+        count = replicas or (last.current_replicas if last and last.current_replicas else 1)
+        return what_if(
+            runtime.config, params, workload, runtime.tuner.bias(), rate_rps, count, quantiles,
+            runtime.inputs,
+        )
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self._statefile is None:
+            return
+        try:
+            self._statefile.save(saved_state(self.runtimes))
+        except OSError as exc:
+            self.metrics.state_save_errors.inc()
+            logger.error("cannot save state to %s: %s", self._statefile.path, exc)
+
+    def _restore(self) -> None:
+        if self._statefile is not None:
+            restore_state(self._statefile.load(), self.runtimes, self._clock.time())
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.4g}"
+
+
+def _tuner_text(runtime: DeploymentRuntime) -> str:
+    """The tuner's state, with its reason unless the fit was simply accepted."""
+    state, reason = runtime.tuner.state, runtime.tuner.reason
+    return state.value if reason is TunerReason.ACCEPTED else f"{state.value}({reason.value})"

@@ -1,0 +1,1 @@
+"""The pure sizing layer: observations and estimates in, replica counts and predictions out."""
