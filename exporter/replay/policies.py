@@ -29,10 +29,8 @@ from exporter.daemon.deployment_state import DeploymentRuntime
 from exporter.replay.engine import Proposal
 from exporter.replay.perfect import WindowView
 from model.baselines.throughput_analyzer import ThroughputAnalyzer
+from model.calibration.trust import is_trusted
 from model.queueing.params import ServiceParams, Workload
-
-# The shipped trigger hands over below this calibration confidence (README "Scaling with KEDA").
-HANDOVER_CONFIDENCE = 0.5
 
 
 class PolicyName(StrEnum):
@@ -110,7 +108,7 @@ class OursPolicy:
         desired = provisioned if decision.desired_replicas is None else decision.desired_replicas
         tuner = self.runtime.tuner
         in_flight = view.observation.requests_in_flight
-        trusted = tuner.confidence() >= HANDOVER_CONFIDENCE
+        trusted = is_trusted(tuner.confidence())
         if self._handover > 0 and in_flight is not None and not trusted:
             return Proposal(
                 value=max(1, math.ceil(in_flight / self._handover)),

@@ -36,6 +36,10 @@ from model.queueing.variant import ModelOptions
 
 FloatArray = NDArray[np.float64]
 
+# One threshold for "trusted": at or above it the sizer's own count is followed; below it the
+# hand-over count is. Read by replay's hand-over and the shipped KEDA and HPA queries (config/k8s).
+TRUSTED_CONFIDENCE = 0.5
+
 CHANGE_RUN = 3  # newest points that must agree on a change
 CHANGE_BASE = 5  # older points the newest are compared with, at least
 CHANGE_MIN_SHIFT = 0.08  # smallest relative shift called a change
@@ -182,3 +186,8 @@ def confidence(
     if since_change is not None and since_change < settle:
         d = CHANGE_FLOOR + (1.0 - CHANGE_FLOOR) * since_change / settle
     return share * min(e, h, d)
+
+
+def is_trusted(confidence_value: float) -> bool:
+    """The calibration is trusted: its confidence reaches TRUSTED_CONFIDENCE."""
+    return confidence_value >= TRUSTED_CONFIDENCE

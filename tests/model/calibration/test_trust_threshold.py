@@ -1,0 +1,22 @@
+"""The one threshold for a trusted calibration, and the shipped queries that repeat it."""
+
+from __future__ import annotations
+
+import re
+
+from model.calibration.trust import TRUSTED_CONFIDENCE, is_trusted
+from tests.conftest import REPO_ROOT
+
+
+def test_trusted_starts_at_the_threshold() -> None:
+    assert is_trusted(TRUSTED_CONFIDENCE)
+    assert not is_trusted(TRUSTED_CONFIDENCE - 1e-9)
+    assert not is_trusted(0.0)
+
+
+def test_shipped_queries_hand_over_at_the_same_threshold() -> None:
+    for name in ("keda-scaledobject.yaml", "hpa.yaml"):
+        text = (REPO_ROOT / "config" / "k8s" / name).read_text()
+        pattern = r"calibration_confidence\{[^}]*\} *[<>]=? *([0-9.]+)"
+        found = {float(x) for x in re.findall(pattern, text)}
+        assert found <= {TRUSTED_CONFIDENCE}, (name, found)
