@@ -1,9 +1,9 @@
-"""Speed of the model's hot paths beside the frozen pre-kernel model (bench/baseline).
+"""Speed of the model's hot paths beside the frozen pre-kernel model (bench/lib/baseline.py).
 
-Every case runs on today's model and on the frozen copy, so the ratio holds on a loaded machine
-where absolute times do not. Each figure is the median of REPEATS batches of calls, in process
-CPU time (CLOCK). Cases for B = 256 / 1024 / 4096 and both model variants (refined, the
-default; paper). Issue 19's targets:
+Every case runs on today's model and on the frozen one (rebuilt from git history at start), so
+the ratio holds on a loaded machine where absolute times do not. Each figure is the median of
+REPEATS batches of calls, in process CPU time (CLOCK). Cases for B = 256 / 1024 / 4096 and both
+model variants (refined, the default; paper). Issue 19's targets:
 analyze one rate <= 10 us (B = 256), <= 25 us (B = 1024) and >= 10x the baseline; max_rate_for_slo
 <= 150 / 400 / 2000 us (B = 256 / 1024 / 4096) and >= 8x the baseline at B = 256; a 1000-rate curve
 <= 1 ms (B = 256); a 10-point refit <= 3 ms; percentile sizing (TTFT p95 + token ITL p99) <= 5 ms.
@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import model as today  # noqa: E402
-from bench.baseline.vendor import model as baseline  # noqa: E402
+from bench.lib.baseline import BASELINE_COMMIT, BaselineUnavailable, load_baseline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPEATS = 5
@@ -139,6 +140,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter batches (noisier figures)")
     args = parser.parse_args()
     min_time_s = 0.1 if args.quick else 0.3
+    try:
+        baseline = load_baseline()
+    except BaselineUnavailable as exc:
+        sys.exit(str(exc))
     load_start, cpu_start = os.getloadavg()[0], time.process_time()
     print(f"load average (1 min) at start: {load_start:.1f} on {os.cpu_count()} cores")
     print(f"each figure: median of {REPEATS} batches of process CPU time per call; "
@@ -180,6 +185,10 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {
         "benchmark": "model_speed",
+        "commit": _head(),
+        "baseline_commit": BASELINE_COMMIT,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(["bench/model_speed.py", *sys.argv[1:]]),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "machine": platform.machine(),
@@ -192,6 +201,15 @@ def main() -> None:
     }
     (RESULTS / "model_speed.json").write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {RESULTS / 'model_speed.json'}")
+
+
+def _head() -> str | None:
+    """The checkout's commit (None outside a git checkout)."""
+    done = subprocess.run(
+        ["git", "-C", str(RESULTS.parent.parent), "rev-parse", "HEAD"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return done.stdout.strip() or None
 
 
 if __name__ == "__main__":

@@ -1,1 +1,0 @@
-"""Online calibration: window observations, residuals, the least-squares fit and the tuner."""

@@ -1,1 +1,0 @@
-"""The analytic queueing model: parameters, chunking, the birth-death chain, analysis and sizing."""
