@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from types import MappingProxyType
 
 from prometheus_client import CollectorRegistry
 
@@ -42,7 +43,7 @@ from exporter.sizing.recommender import (
     slo_headroom_ratio,
 )
 from exporter.sizing.traffic import model_inputs, used_cvs
-from exporter.sizing.what_if import WhatIf, what_if
+from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
 from model import Observation, TunerReason
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class Daemon:
             thread_name_prefix="vllm-sizer-read",
         )
         self._last_success_mono: float | None = None
+        # What /api/v1/predict answers from: replaced whole once per cycle, read by HTTP threads.
+        self._served: Mapping[str, ServedEstimate] = MappingProxyType({})
         self.runtimes = {
             dep.name: DeploymentRuntime(
                 config=dep,
@@ -136,6 +139,13 @@ class Daemon:
                 statuses.append(self._status(runtime))
         snapshot = CycleSnapshot(tuple(statuses))
         self.collector.publish(snapshot)
+        self._served = MappingProxyType({
+            name: ServedEstimate(
+                config=runtime.config, tuner=runtime.tuner.estimate(), workload=runtime.workload,
+                inputs=runtime.inputs, current_replicas=_current_replicas(runtime),
+            )
+            for name, runtime in self.runtimes.items()
+        })  # fmt: skip
         self._save()
         outcome = cycle_outcome(
             observed_any, [runtime.observation for runtime in self.runtimes.values()]
@@ -211,8 +221,9 @@ class Daemon:
         shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
         runtime.inputs = model_inputs(dep, shape, runtime.workload)
         self._tune(runtime, obs)
+        estimate = runtime.tuner.estimate()
         decision = runtime.recommender.decide(
-            now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs,
+            now_s, obs, estimate.params, runtime.workload, estimate.bias, runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
@@ -310,16 +321,16 @@ class Daemon:
         dep, obs = runtime.config, runtime.observation
         decision = runtime.recommender.last
         assert decision is not None  # run_cycle publishes only deployments with a decision
-        fit = runtime.tuner.last_fit
+        estimate = runtime.tuner.estimate()
         return DeploymentStatus(
             deployment=dep.name,
             model_name=dep.model_name,
             decision=decision,
-            params=runtime.params,
-            tuner_state=runtime.tuner.state,
-            tuner_reason=runtime.tuner.reason,
-            fit_ttft_error=None if fit is None else fit.ttft_error.mean_ratio,
-            fit_itl_error=None if fit is None else fit.itl_error.mean_ratio,
+            params=estimate.params,
+            tuner_state=estimate.state,
+            tuner_reason=estimate.reason,
+            fit_ttft_error=estimate.fit_ttft_error,
+            fit_itl_error=estimate.fit_itl_error,
             observed_ttft_ms=None if obs is None else obs.ttft_ms,
             observed_itl_ms=None if obs is None else obs.itl_ms,
             slo_ttft_ms=dep.slo.ttft_ms,
@@ -332,8 +343,8 @@ class Daemon:
             demand_kind=None if dep.scale_from_zero is None else dep.scale_from_zero.demand,
             traffic=runtime.traffic.shape,
             kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
-            calibration_confidence=runtime.tuner.confidence(),
-            identified=None if runtime.params is None else runtime.tuner.identified,
+            calibration_confidence=estimate.confidence,
+            identified=None if estimate.params is None else estimate.identified,
             slo_percentiles=dep.slo.percentiles,
             observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
             slo_window_requests=runtime.slo_window.requests(),
@@ -375,20 +386,15 @@ class Daemon:
         replicas: int | None,
         quantiles: tuple[float, ...] = (),
     ) -> WhatIf:
-        """What-if at a total rate with the current parameters, with the model's percentiles
-        at `quantiles` (LookupError if impossible)."""
-        runtime = self.runtimes.get(deployment)
-        if runtime is None:
-            raise LookupError(f"unknown deployment {deployment!r}")
-        params, workload = runtime.params, runtime.workload
-        if params is None or workload is None:
+        """What-if at a total rate from the estimate the last cycle published, with the model's
+        percentiles at `quantiles` (LookupError if impossible). Safe on any thread: it reads
+        one published value and nothing the cycle mutates."""
+        served = self._served.get(deployment)
+        if served is not None:
+            return predict(served, rate_rps, replicas, quantiles)
+        if deployment in self.runtimes:  # configured, but no cycle has published yet
             raise LookupError(f"deployment {deployment!r} has no calibrated model yet")
-        last = runtime.recommender.last
-        count = replicas or (last.current_replicas if last and last.current_replicas else 1)
-        return what_if(
-            runtime.config, params, workload, runtime.tuner.bias(), rate_rps, count, quantiles,
-            runtime.inputs,
-        )
+        raise LookupError(f"unknown deployment {deployment!r}")
 
     # -- persistence -----------------------------------------------------------------------
 
@@ -404,6 +410,11 @@ class Daemon:
     def _restore(self) -> None:
         if self._statefile is not None:
             restore_state(self._statefile.load(), self.runtimes, self._clock.time())
+
+
+def _current_replicas(runtime: DeploymentRuntime) -> int | None:
+    last = runtime.recommender.last
+    return None if last is None else last.current_replicas
 
 
 def _fmt(value: float | None) -> str:

@@ -1,4 +1,5 @@
-"""The answer of /api/v1/predict: the model at a what-if load, as JSON in seconds."""
+"""The answer of /api/v1/predict: the model at a what-if load, as JSON in seconds, computed from
+one deployment's published estimate (`ServedEstimate`) alone."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from exporter.sizing.slo_targets import (
 )
 from exporter.sizing.traffic import ModelInputs
 from model import LatencyMetric, LatencyQuantiles, ServiceParams, Workload, latency_quantiles
+from model.calibration.estimate import TunerEstimate
 from model.calibration.trust import ModelBias
 
 S_PER_MS = 1e-3
@@ -64,6 +66,34 @@ class WhatIf:
             "percentiles": _quantiles(self.quantiles),
             "params_seconds": {k.removesuffix("_ms"): v * S_PER_MS for k, v in self.params.items()},
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServedEstimate:
+    """What one deployment's what-if is computed from, published once per cycle: the tuner's
+    estimate, the request shape sized for, the model's inputs for the measured traffic and the
+    replicas the last decision saw."""
+
+    config: DeploymentConfig
+    tuner: TunerEstimate
+    workload: Workload | None
+    inputs: ModelInputs | None
+    current_replicas: int | None
+
+
+def predict(
+    served: ServedEstimate, rate_rps: float, replicas: int | None, quantiles: tuple[float, ...]
+) -> WhatIf:
+    """`what_if` at a total rate (req/s) on `replicas` (None: the current count, else 1), from
+    `served` alone; LookupError while it has no parameters or request shape."""
+    params, workload = served.tuner.params, served.workload
+    if params is None or workload is None:
+        raise LookupError(f"deployment {served.config.name!r} has no calibrated model yet")
+    count = replicas or served.current_replicas or 1
+    return what_if(
+        served.config, params, workload, served.tuner.bias, rate_rps, count, quantiles,
+        served.inputs,
+    )  # fmt: skip
 
 
 def what_if(

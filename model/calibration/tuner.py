@@ -34,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.calibration.change_watch import ChangeWatch, Innovation, innovate, points_since_change
+from model.calibration.estimate import TunerEstimate
 from model.calibration.fit import DEFAULT_MAX_STD_ERROR, FitResult, fit
 from model.calibration.itl_curve import ItlCurve
 from model.calibration.memory import CalibrationMemory
@@ -127,6 +128,7 @@ class Tuner:
         self._fit_count = 0
         self._skipped = dict.fromkeys(SkipReason, 0)
         self._saturated_run = 0  # model-saturated observations skipped in a row
+        self._estimate: TunerEstimate | None = None  # frozen on first request after an update
 
     @property
     def params(self) -> ServiceParams | None:
@@ -206,6 +208,19 @@ class Tuner:
             self._params is not None, self._window_errors(), self.min_observations
         )
 
+    def estimate(self) -> TunerEstimate:
+        """The frozen estimate after the last update or idle cycle: computed on the first call
+        after it (the bias, the ITL curve when due, the confidence), the same value after."""
+        if self._estimate is None:
+            fit = self._last_fit
+            self._estimate = TunerEstimate(
+                params=self._params, bias=self.bias(), confidence=self.confidence(),
+                identified=self.identified, state=self._state, reason=self._reason,
+                fit_ttft_error=None if fit is None else fit.ttft_error.mean_ratio,
+                fit_itl_error=None if fit is None else fit.itl_error.mean_ratio,
+            )  # fmt: skip
+        return self._estimate
+
     def current_prior(self) -> Prior:
         """The prior of the next fit: on steady traffic, a narrow one around the estimate;
         cold, seeded or after a detected change, per parameter centred on the last value the
@@ -222,12 +237,14 @@ class Tuner:
     def idle(self) -> None:
         """A cycle passed without a point (the daemon found its window unsteady, e.g. pods
         came or went): it counts toward a recovery all the same (`CalibrationMemory.tick`)."""
+        self._estimate = None
         self._memory.tick()
 
     def update(self, observation: Observation) -> TunerStatus:
         """Take one cycle's observation; refit the window when it holds enough points."""
         if not isinstance(observation, Observation):
             raise ValueError(f"`observation` must be an Observation, got {observation!r}")
+        self._estimate = None
         memory = self._memory
         memory.tick()
         params = self._params if self._fit_count > 0 else None

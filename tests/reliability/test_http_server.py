@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from exporter.base.clock import ManualClock
+from exporter.base.errors import FailureReason, ScrapeError
 from exporter.collector.sources import SourceRead
 from exporter.config.values import Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon.daemon import Daemon
@@ -32,10 +33,11 @@ MAX_ERROR_BYTES = 1024
 
 
 class NoSource:
-    """The daemon under test never runs a cycle: its what-if uses the seeded parameters."""
+    """A source that is down: the daemon's one cycle publishes the seeded parameters, and its
+    what-if answers from them."""
 
     def read(self) -> SourceRead:
-        raise AssertionError("no cycle runs in these tests")
+        raise ScrapeError("http://x:1/", "down in these tests", reason=FailureReason.CONNECTION)
 
 
 @pytest.fixture
@@ -52,6 +54,7 @@ def daemon() -> Iterator[Daemon]:
         ManualClock(),
     )
     calibrated.runtimes["llama"].workload = Workload(512, 128)
+    calibrated.run_cycle()
     yield calibrated
     calibrated.close()
 

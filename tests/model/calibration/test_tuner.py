@@ -351,3 +351,21 @@ def test_bias_is_the_mean_signed_error_of_the_estimate() -> None:
     ttft_bias, itl_bias = bias.ttft, bias.itl
     assert ttft_bias == pytest.approx(0.0, abs=1e-9)
     assert itl_bias == pytest.approx(1 / 1.25 - 1)
+
+
+def test_the_published_estimate_is_frozen_until_the_next_update(
+    clean_stream: list[Observation],
+) -> None:
+    tuner = fed(clean_stream[:-1])
+    first = tuner.estimate()
+    assert tuner.estimate() is first  # one value per update, whoever reads it
+    assert first.params == tuner.params and first.bias == tuner.bias()
+    assert (first.confidence, first.identified) == (tuner.confidence(), tuner.identified)
+    assert (first.state, first.reason) == (tuner.state, tuner.reason)
+    fit = tuner.last_fit
+    assert fit is not None and first.fit_ttft_error == fit.ttft_error.mean_ratio
+    tuner.update(clean_stream[-1])
+    second = tuner.estimate()
+    assert second is not first and second.params == tuner.params != first.params
+    tuner.idle()
+    assert tuner.estimate() is not second
