@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test test-fast test-vllm validate-vllm lint bench venv prometheus clean
+.PHONY: run test test-fast test-vllm validate-vllm lint layers bench venv prometheus clean
 
 venv: $(STAMP)
 
@@ -26,7 +26,7 @@ run: venv
 	$(VENV)/bin/vllm-sizer demo
 
 test: venv prometheus
-	$(VENV)/bin/ruff check model exporter tests bench
+	$(VENV)/bin/ruff check model exporter tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not vllm" -q
 
@@ -34,8 +34,13 @@ test-fast: venv
 	$(PY) -m pytest -m "not vllm and not integration" -q
 
 lint: venv
-	$(VENV)/bin/ruff check model exporter tests bench
+	$(VENV)/bin/ruff check model exporter tests bench tools
 	$(VENV)/bin/mypy
+
+# The layer graph of model/ and exporter/: layer order, every module with its size and imports
+# (tools/layout.py; `$(PY) -m tools.layout --markdown` rewrites docs/development/layout.md).
+layers: venv
+	$(PY) -m tools.layout
 
 # Speed and accuracy figures, printed and written to bench/results/*.json (about 12 min on 2 cores; workload_realism.py and closed_loop.py take 4-5 min each).
 bench: venv

@@ -1,0 +1,1 @@
+"""Developer commands about the repository itself (not shipped): the package layout."""
