@@ -360,6 +360,7 @@ def test_the_published_estimate_is_frozen_until_the_next_update(
     first = tuner.estimate()
     assert tuner.estimate() is first  # one value per update, whoever reads it
     assert first.params == tuner.params and first.bias == tuner.bias()
+    assert first.itl_curve == tuner.itl_curve
     assert (first.confidence, first.identified) == (tuner.confidence(), tuner.identified)
     assert (first.state, first.reason) == (tuner.state, tuner.reason)
     fit = tuner.last_fit
