@@ -64,7 +64,7 @@ def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
     assert imported(tmp_path / "b.py", "b", known) == {"a"}
 
 
-def test_every_module_sits_in_alayer_of() -> None:
+def test_every_module_sits_in_a_layer() -> None:
     unplaced = [m for m in modules() if layer_of(m) is None and m not in PACKAGES]
     assert not unplaced, unplaced
 
