@@ -27,6 +27,7 @@ from exporter.collector.vllm_metrics import (
     PROCESS_START_METRIC,
     PodSample,
     RawSeries,
+    SampleStatus,
     parse_exposition,
     sample_from_series,
     wanted_sample_names,
@@ -116,6 +117,9 @@ class ScrapeSource:
         self._max_body_bytes = max_body_bytes
         self._max_workers = max_workers
         self._resolver = resolver
+        # Each failing URL's reason: a failure is a WARNING when it starts or changes reason,
+        # DEBUG while it repeats, and its end an INFO line (the counter counts every one).
+        self._failing: dict[str, FailureReason] = {}
 
     def targets(self) -> tuple[str, ...]:
         """This cycle's URLs: the static list, or one per A record of the Service name."""
@@ -144,12 +148,26 @@ class ScrapeSource:
             for url, outcome in zip(urls, pool.map(self._scrape_one, urls), strict=True):
                 if isinstance(outcome, PodSample):
                     samples.append(outcome)
+                    if self._failing.pop(url, None) is not None:
+                        logger.info("scrape %s recovered", url)
                 else:
-                    logger.warning(
-                        "scrape %s failed (%s): %s", url, outcome.reason, outcome.message
-                    )
+                    self._note_failure(url, outcome)
                     failures.append(outcome)
+        for url in self._failing.keys() - set(urls):
+            del self._failing[url]  # a target gone from the Service is no longer failing
         return SourceRead(time_s=time_s, samples=tuple(samples), failures=tuple(failures))
+
+    def _note_failure(self, url: str, failure: PodFailure) -> None:
+        if self._failing.get(url) == failure.reason:
+            logger.debug("scrape %s failed (%s): %s", url, failure.reason, failure.message)
+            return
+        self._failing[url] = failure.reason
+        logger.warning(
+            "scrape %s failed (%s): %s; repeats are logged at debug",
+            url,
+            failure.reason,
+            failure.message,
+        )
 
     def _scrape_one(self, url: str) -> PodSample | PodFailure:
         pod = pod_name_for_url(url)
@@ -167,11 +185,24 @@ class ScrapeSource:
             # bounds the timestamp error by half the round trip, which grows under load.
             read_s = 0.5 * (sent_s + self._clock.time())
             text = response.body.decode("utf-8", errors="replace")
-            return parse_exposition(text, pod=pod, time_s=read_s, model_name=self._model_name)
+            sample = parse_exposition(text, pod=pod, time_s=read_s, model_name=self._model_name)
         except FetchError as exc:
             return PodFailure(pod, exc.reason, str(exc))
         except ScrapeError as exc:
             return PodFailure(pod, FailureReason.PARSE, str(exc))
+        unreadable = _unreadable(sample)
+        return sample if unreadable is None else PodFailure(pod, FailureReason.PARSE, unreadable)
+
+
+def _unreadable(sample: PodSample) -> str | None:
+    """Why a scraped answer is no vLLM sample at all (garbage, binary, empty, every value NaN):
+    such a pod failed, and its load is estimated from the others', never dropped. A pod
+    serving another model, or vLLM without a request counter yet, is a sample."""
+    if sample.status is SampleStatus.NO_VLLM_METRICS:
+        return f"no vLLM metric in the answer ({sample.skipped_lines} unparseable lines)"
+    if sample.status is SampleStatus.INCOMPLETE and sample.rejected_samples:
+        return f"no usable request counter ({sample.rejected_samples} NaN, negative or mistyped)"
+    return None
 
 
 # The lines the reader parses: vLLM's families in either spelling (`vllm:` or the escaped
