@@ -1,8 +1,10 @@
-"""P3, P6: what a Prometheus can answer that no pod said: two series per pod and metric (a
-second scrape job), and scrape timestamps in the future (a skewed clock)."""
+"""P3, P4, P5, P6: what a Prometheus can answer that no pod said: two series per pod and metric (a
+second scrape job), scrape timestamps in the future (a skewed clock), thousands of warnings
+and JSON nested deeper than a parser's recursion."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from types import MappingProxyType
@@ -11,11 +13,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.base.clock import ManualClock
-from exporter.base.errors import FailureReason
+from exporter.base.errors import FailureReason, PrometheusQueryError
 from exporter.collector.observations import ObservationStatus, WindowTracker
-from exporter.collector.promapi import VectorSample
+from exporter.collector.promapi import PrometheusClient, VectorSample
 from exporter.collector.sources import PrometheusSource
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
+from tests.reliability.fault_server import Fault, FaultServer
 
 T0 = 1_700_000_000.0
 W = 30.0
@@ -104,3 +107,29 @@ def test_scrape_timestamps_in_the_future_are_warned_and_read_at_the_query_time(
     assert statuses == [ObservationStatus.OK] * 3
     future = [r for r in caplog.records if "future" in r.getMessage()]
     assert len(future) == 1, [r.getMessage() for r in caplog.records]
+
+
+OK_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}
+
+
+def test_thousands_of_warnings_are_one_short_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    """2,000 warnings of 1 KB were one 2 MB WARNING line per query and cycle."""
+    body = json.dumps({**OK_VECTOR, "warnings": ["w" * 1024] * 2000})
+    caplog.set_level(logging.DEBUG)
+    with FaultServer(Fault.SERVE, (body,)) as server:
+        client = PrometheusClient(server.url.removesuffix("/metrics"), timeout_s=5.0)
+        for _ in range(3):
+            assert client.query("up") == []
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and len(lines[0]) < 1000, [len(line) for line in lines]
+    assert "2000 warnings" in lines[0]
+
+
+def test_deeply_nested_json_is_a_bad_response_not_an_internal_error() -> None:
+    body = "[" * 200_000 + "]" * 200_000
+    with FaultServer(Fault.SERVE, (body,)) as server:
+        client = PrometheusClient(server.url.removesuffix("/metrics"), timeout_s=5.0)
+        with pytest.raises(PrometheusQueryError) as caught:
+            client.query("up")
+    assert caught.value.reason is FailureReason.BAD_RESPONSE
+    assert "nested" in str(caught.value)
