@@ -72,11 +72,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gamma-ms", type=param, help="KV read time per cached token, ms (overrides the preset)"
     )
     plan.add_argument(
-        "--input-tokens", type=number_flag(0.0, MAX_TOKENS), default=1024.0,
+        "--input-tokens",
+        type=number_flag(0.0, MAX_TOKENS),
+        default=1024.0,
         help="mean prompt length",
     )
     plan.add_argument(
-        "--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0,
+        "--output-tokens",
+        type=number_flag(1.0, MAX_TOKENS),
+        default=512.0,
         help="mean output length",
     )
     add_server_limits(plan)
@@ -186,7 +190,7 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     if capacity.feasible:
         low, high = args.load or (0.5 * capacity.rate_rps, 4.0 * capacity.rate_rps)
-        loads = np.linspace(low, high, 8)
+        loads = np.unique(np.linspace(low, high, 8))  # one row when MIN_RPS = MAX_RPS
         print(f"\ntotal load req/s | replicas | per-replica TTFT ms | ITL ms{names}")
         for load in loads:
             plan = _replicas(params, server, workload, capacity, float(load))
