@@ -177,7 +177,10 @@ def observe_deployment(
     # Pods known to exist (they answered, or a read of them failed) but without a usable delta
     # still serve traffic: their load is estimated from the observed pods' mean, never zero.
     failed = {f.pod for f in end.failures} - after.keys()
-    unobserved = len(unusable) + len(failed)
+    # A pod answering again after failed reads has no window start yet, but has served all
+    # along: unobserved, not new (a new pod's load starts at its first window).
+    recovered = (after.keys() - before.keys()) & {f.pod for f in start.failures}
+    unobserved = len(unusable) + len(failed) + len(recovered)
     scale = (len(pods) + unobserved) / len(pods) if pods else 1.0
     kv = [s.gauges[GaugeName.KV_USAGE] for s in after.values() if GaugeName.KV_USAGE in s.gauges]
     running = [p.avg_running for p in pods if p.avg_running is not None]
