@@ -26,6 +26,7 @@ from exporter.collector.pod_observation import (
     Problem,
     continuity,
     histogram_mean,
+    implausible,
     observe_pod,
 )
 from exporter.collector.saturation import Saturation
@@ -131,7 +132,8 @@ def observe_deployment(
     distrusted: frozenset[str] = frozenset(),
 ) -> DeploymentObservation:
     """Two reads of one deployment -> its observation over (start.time_s, end.time_s];
-    `distrusted` pods' windows are unusable, as are those whose counters fell."""
+    `distrusted` pods' windows are unusable, as are those whose counters fell or count more
+    than their gauges make plausible."""
     before = {s.pod: s for s in start.samples if s.ok}
     after = {s.pod: s for s in end.samples if s.ok}
     problems: set[Problem] = set()
@@ -139,7 +141,11 @@ def observe_deployment(
     unusable: list[str] = []  # pods read at both ends whose counters cannot be trusted
     for pod in sorted(after.keys() & before.keys()):
         if after[pod].time_s > before[pod].time_s:
-            if pod in distrusted or continuity(before[pod], after[pod]) is Continuity.INCONSISTENT:
+            if (
+                pod in distrusted
+                or continuity(before[pod], after[pod]) is Continuity.INCONSISTENT
+                or implausible(before[pod], after[pod])
+            ):
                 unusable.append(pod)
             else:
                 pods.append(observe_pod(before[pod], after[pod]))

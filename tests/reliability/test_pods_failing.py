@@ -62,3 +62,22 @@ def test_every_pod_failing_holds_with_the_known_pods_as_the_current_count() -> N
     decision = rec.decide(now + W, dead, LLAMA, SHAPE)
     assert decision.reason is Reason.SOURCE_DOWN
     assert (decision.current_replicas, decision.desired_replicas) == (2, first.desired_replicas)
+
+
+def test_a_window_whose_count_the_gauges_cannot_hold_is_not_read_as_load() -> None:
+    """P3's second guard: counters that jump by 1e15 in one window (a duplicating source, a
+    corrupted pod) are no load: 3 requests running at either end cannot have finished 1e15
+    requests of 1.3 s in 5 s. The pod is unobserved, its load estimated from the other's."""
+    start = read(1)
+    time_s = start.time_s + W
+    jumped = render(PodTotals().plus(STEP, times=2e13))
+    normal = render(PodTotals().plus(STEP, times=3))
+    end = SourceRead(time_s=time_s, samples=(
+        parse_exposition(normal, pod=PODS[0], time_s=time_s),
+        parse_exposition(jumped, pod=PODS[1], time_s=time_s),
+    ))  # fmt: skip
+    tracker = WindowTracker("d")
+    tracker.observe(start)
+    obs = tracker.observe(end)
+    assert (obs.observed_pods, obs.unobserved_pods) == (1, 1)
+    assert obs.arrival_rate_rps == pytest.approx(2 * STEP.success / W)
