@@ -198,8 +198,9 @@ class _BoundedServer(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(max_connections)
         self._heads: dict[socket.socket, bytes] = {}  # read by the triage, for the handler
         self._heads_lock = threading.Lock()
-        super().__init__(address, handler)
+        # Before the bind: a failed bind closes the server, triage included.
         self.triage = Triage(self._serve_priority, max_pending=max_connections)
+        super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
