@@ -33,43 +33,23 @@ MODULATED_S = 7 * 86_400.0  # simulated time the modulated rate covers; its last
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `emulate` subcommand."""
     emu = subparsers.add_parser(
-        "emulate",
-        help="serve emulated vLLM replicas on 127.0.0.1",
+        "emulate", help="serve emulated vLLM replicas on 127.0.0.1",
         description="Serve emulated vLLM replicas on 127.0.0.1, each a real-time simulation of "
-        "vLLM's scheduler behind vLLM's own /metrics (served model name: "
-        "--model-name), for a daemon or a Prometheus server to read. Prints each "
-        "replica's /metrics URL, then a status line every 10 s.",
-    )
+                    "vLLM's scheduler behind vLLM's own /metrics (served model name: "
+                    "--model-name), for a daemon or a Prometheus server to read. Prints each "
+                    "replica's /metrics URL, then a status line every 10 s.")
     add_fleet_options(emu)
-    emu.add_argument(
-        "--rate-rps",
-        type=number_flag(0.0, MAX_RATE_RPS),
-        default=5.0,
-        help="arrival rate of the whole fleet (not per replica), req/s; each "
-        "request goes to one replica (--router)",
-    )
-    emu.add_argument(
-        "--time-scale",
-        type=number_flag(0.0, MAX_TIME_SCALE, low_inclusive=False),
-        default=1.0,
-        help="simulated seconds per wall second",
-    )
-    emu.add_argument(
-        "--base-port",
-        type=int_flag(1, 65535),
-        help="replica i listens on 127.0.0.1:BASE_PORT+i (default: any free port)",
-    )
-    emu.add_argument(
-        "--model-name",
-        default="emulated",
-        help="served model name: the model_name label of the metrics",
-    )
-    stop = emu.add_argument(
-        "--stop-after-s",
-        type=number_flag(0.0, MAX_DURATION_S),
-        default=0.0,
-        help="wall seconds to serve, then exit (0: until interrupted)",
-    )
+    emu.add_argument("--rate-rps", type=number_flag(0.0, MAX_RATE_RPS), default=5.0,
+                     help="arrival rate of the whole fleet (not per replica), req/s; each "
+                          "request goes to one replica (--router)")
+    emu.add_argument("--time-scale", type=number_flag(0.0, MAX_TIME_SCALE, low_inclusive=False),
+                     default=1.0, help="simulated seconds per wall second")
+    emu.add_argument("--base-port", type=int_flag(1, 65535),
+                     help="replica i listens on 127.0.0.1:BASE_PORT+i (default: any free port)")
+    emu.add_argument("--model-name", default="emulated",
+                     help="served model name: the model_name label of the metrics")
+    stop = emu.add_argument("--stop-after-s", type=number_flag(0.0, MAX_DURATION_S), default=0.0,
+                            help="wall seconds to serve, then exit (0: until interrupted)")
     add_renamed_flag(emu, "--duration-s", stop)
     emu.set_defaults(func=_run_emulate, check=_check_emulate)
 
@@ -79,10 +59,8 @@ def _check_emulate(args: argparse.Namespace) -> str | None:
     if traffic_problem is not None:
         return traffic_problem
     if args.base_port is not None and args.base_port + args.replicas - 1 > 65535:
-        return (
-            f"argument --base-port: must be <= {65536 - args.replicas} for "
-            f"{args.replicas} replicas, got {args.base_port}"
-        )
+        return (f"argument --base-port: must be <= {65536 - args.replicas} for "
+                f"{args.replicas} replicas, got {args.base_port}")
     return None
 
 
@@ -99,18 +77,10 @@ def _run_emulate(args: argparse.Namespace) -> int:
         elif traffic.burst_ratio != 1.0 and args.rate_rps > 0:
             arrivals = traffic.profile(args.rate_rps, MODULATED_S, rng)
         fleet = EmulatedFleet(
-            params,
-            server,
-            rng=rng,
-            arrivals=arrivals,
-            input_lengths=n_in,
-            output_lengths=n_out,
-            interarrival_cv=args.interarrival_cv,
-            pairs=traffic.pairs,
-            prefix_hit_share=traffic.prefix_hit_share,
-            model_name=args.model_name,
-            replicas=args.replicas,
-            time_scale=args.time_scale,
+            params, server, rng=rng, arrivals=arrivals,
+            input_lengths=n_in, output_lengths=n_out, interarrival_cv=args.interarrival_cv,
+            pairs=traffic.pairs, prefix_hit_share=traffic.prefix_hit_share,
+            model_name=args.model_name, replicas=args.replicas, time_scale=args.time_scale,
             router=Router(args.router),
             kv_capacity_tokens=args.kv_capacity_tokens or DEFAULT_KV_CAPACITY_TOKENS,
             base_port=args.base_port,
@@ -135,15 +105,11 @@ def _run_emulate(args: argparse.Namespace) -> int:
                 left_s = args.stop_after_s - (time.monotonic() - began)
                 if args.stop_after_s > 0 and left_s <= 0:
                     break
-                done.wait(
-                    STATUS_PERIOD_S if args.stop_after_s <= 0 else min(STATUS_PERIOD_S, left_s)
-                )
+                done.wait(STATUS_PERIOD_S if args.stop_after_s <= 0
+                          else min(STATUS_PERIOD_S, left_s))
                 stats = fleet.stats()
-                print(
-                    f"sim {stats.sim_time_s:8.1f} s  replicas {len(fleet.urls)}  late ticks "
-                    f"{stats.behind_ticks}",
-                    flush=True,
-                )
+                print(f"sim {stats.sim_time_s:8.1f} s  replicas {len(fleet.urls)}  late ticks "
+                      f"{stats.behind_ticks}", flush=True)
         except KeyboardInterrupt:
             pass
     finally:

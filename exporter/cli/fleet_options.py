@@ -105,56 +105,32 @@ class _RenamedFlag(argparse.Action):
     """A flag's former name, accepted for one release without appearing in --help: it stores into
     the new flag's destination and says the new name on stderr."""
 
-    def __init__(
-        self, option_strings: Sequence[str], dest: str, *, new_flag: str, **kwargs: Any
-    ) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new_flag: str,
+                 **kwargs: Any) -> None:
         self.new_flag = new_flag
-        super().__init__(
-            option_strings, dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs
-        )
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS,
+                         default=argparse.SUPPRESS, **kwargs)
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        print(
-            f"{parser.prog}: warning: {option_string} is deprecated, use {self.new_flag}",
-            file=sys.stderr,
-        )
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: warning: {option_string} is deprecated, use {self.new_flag}",
+              file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def add_renamed_flag(p: argparse.ArgumentParser, old: str, new: argparse.Action) -> None:
     """Accept `old` as a hidden alias of the flag `new` (same value type and destination)."""
-    p.add_argument(
-        old,
-        action=_RenamedFlag,
-        dest=new.dest,
-        metavar=new.metavar,
-        type=new.type or str,
-        choices=new.choices,
-        new_flag=new.option_strings[0],
-    )
+    p.add_argument(old, action=_RenamedFlag, dest=new.dest, metavar=new.metavar,
+                   type=new.type or str, choices=new.choices, new_flag=new.option_strings[0])
 
 
 def add_server_limits(p: argparse.ArgumentParser) -> argparse.Action:
     """Add vLLM's two scheduler limits under vLLM's own flag names (every subcommand that
     models a server); returns the --max-num-seqs action."""
-    seqs = p.add_argument(
-        "--max-num-seqs",
-        type=int_flag(1, MAX_NUM_SEQS),
-        default=256,
-        help="vLLM's --max-num-seqs: requests in a batch at most",
-    )
-    p.add_argument(
-        "--max-num-batched-tokens",
-        type=int_flag(1, MAX_NUM_BATCHED_TOKENS),
-        default=8192,
-        help="vLLM's --max-num-batched-tokens: tokens per iteration",
-    )
+    seqs = p.add_argument("--max-num-seqs", type=int_flag(1, MAX_NUM_SEQS), default=256,
+                          help="vLLM's --max-num-seqs: requests in a batch at most")
+    p.add_argument("--max-num-batched-tokens", type=int_flag(1, MAX_NUM_BATCHED_TOKENS),
+                   default=8192, help="vLLM's --max-num-batched-tokens: tokens per iteration")
     return seqs
 
 
@@ -163,95 +139,46 @@ def add_fleet_options(p: argparse.ArgumentParser) -> None:
     param = number_flag(0.0, MAX_PARAM_MS, low_inclusive=False)
     tokens = number_flag(1.0, MAX_TOKENS)
     cv = number_flag(0.0, MAX_CV)
-    p.add_argument(
-        "--alpha-ms",
-        type=param,
-        default=DEFAULT_PARAMS.alpha_ms,
-        help="per-iteration overhead, ms (the defaults of the three parameters: "
-        "paper Table I, Llama-3.1-8B on an H100)",
-    )
-    p.add_argument(
-        "--beta-ms",
-        type=param,
-        default=DEFAULT_PARAMS.beta_ms,
-        help="compute time per token in an iteration, ms",
-    )
-    p.add_argument(
-        "--gamma-ms",
-        type=param,
-        default=DEFAULT_PARAMS.gamma_ms,
-        help="KV-cache read time per cached token in an iteration, ms",
-    )
+    p.add_argument("--alpha-ms", type=param, default=DEFAULT_PARAMS.alpha_ms,
+                   help="per-iteration overhead, ms (the defaults of the three parameters: "
+                        "paper Table I, Llama-3.1-8B on an H100)")
+    p.add_argument("--beta-ms", type=param, default=DEFAULT_PARAMS.beta_ms,
+                   help="compute time per token in an iteration, ms")
+    p.add_argument("--gamma-ms", type=param, default=DEFAULT_PARAMS.gamma_ms,
+                   help="KV-cache read time per cached token in an iteration, ms")
     add_renamed_flag(p, "--max-batch-size", add_server_limits(p))
-    p.add_argument(
-        "--max-queue-size",
-        type=int_flag(0, MAX_QUEUE_SIZE),
-        help="reject arrivals beyond this many waiting requests (default: unbounded)",
-    )
+    p.add_argument("--max-queue-size", type=int_flag(0, MAX_QUEUE_SIZE),
+                   help="reject arrivals beyond this many waiting requests (default: unbounded)")
     p.add_argument("--input-tokens", type=tokens, default=1024.0, help="mean prompt length")
     p.add_argument("--output-tokens", type=tokens, default=512.0, help="mean output length")
-    p.add_argument(
-        "--lengths",
-        choices=[k.value for k in LengthKind if k != LengthKind.EMPIRICAL],
-        default=LengthKind.UNIFORM.value,
-        help="law of request lengths around the means (uniform: [x/2, 3x/2])",
-    )
-    p.add_argument(
-        "--length-cv", type=cv, default=0.5, help="coefficient of variation of the lognormal law"
-    )
-    p.add_argument(
-        "--interarrival-cv",
-        type=cv,
-        default=1.0,
-        help="coefficient of variation of inter-arrival times: 0 constant, 1 Poisson",
-    )
-    p.add_argument(
-        "--lengths-csv",
-        type=input_file,
-        metavar="PATH",
-        help="draw (prompt, output) pairs jointly from a CSV with columns "
-        "input_tokens, output_tokens, instead of --lengths",
-    )
-    p.add_argument(
-        "--burst-ratio",
-        type=number_flag(1.0, MAX_BURST_RATIO),
-        default=1.0,
-        help="two-rate modulated arrivals: high over low rate at the same mean (1: off)",
-    )
-    p.add_argument(
-        "--burst-period-s",
-        type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
-        default=60.0,
-        help="mean time at each rate of the modulated arrivals, s",
-    )
-    p.add_argument(
-        "--prefix-hit-share",
-        type=number_flag(0.0, MAX_PREFIX_HIT_SHARE),
-        default=0.0,
-        help="share of every prompt served from the prefix cache",
-    )
-    p.add_argument(
-        "--paper-profile",
-        type=number_flag(0.0, MAX_RATE_RPS, low_inclusive=False),
-        metavar="BASE_RPS",
-        help="follow the paper's 44-minute ramp (Table IV) from this baseline, req/s, "
-        "instead of a constant rate",
-    )
-    p.add_argument(
-        "--replicas", type=int_flag(1, MAX_REPLICAS), default=1, help="replicas sharing the load"
-    )
-    p.add_argument(
-        "--router",
-        choices=[r.value for r in Router],
-        default=Router.LEAST_LOADED.value,
-        help="how each request picks its replica",
-    )
-    p.add_argument(
-        "--kv-capacity-tokens",
-        type=int_flag(1, MAX_KV_TOKENS),
-        help="KV cache per replica, tokens (default: unlimited in simulate, 449200 in "
-        "emulate: Llama-3.1-8B on one H100)",
-    )
+    p.add_argument("--lengths", choices=[k.value for k in LengthKind if k != LengthKind.EMPIRICAL],
+                   default=LengthKind.UNIFORM.value,
+                   help="law of request lengths around the means (uniform: [x/2, 3x/2])")
+    p.add_argument("--length-cv", type=cv, default=0.5,
+                   help="coefficient of variation of the lognormal law")
+    p.add_argument("--interarrival-cv", type=cv, default=1.0,
+                   help="coefficient of variation of inter-arrival times: 0 constant, 1 Poisson")
+    p.add_argument("--lengths-csv", type=input_file, metavar="PATH",
+                   help="draw (prompt, output) pairs jointly from a CSV with columns "
+                   "input_tokens, output_tokens, instead of --lengths")
+    p.add_argument("--burst-ratio", type=number_flag(1.0, MAX_BURST_RATIO), default=1.0,
+                   help="two-rate modulated arrivals: high over low rate at the same mean "
+                   "(1: off)")
+    p.add_argument("--burst-period-s", type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
+                   default=60.0, help="mean time at each rate of the modulated arrivals, s")
+    p.add_argument("--prefix-hit-share", type=number_flag(0.0, MAX_PREFIX_HIT_SHARE),
+                   default=0.0, help="share of every prompt served from the prefix cache")
+    p.add_argument("--paper-profile", type=number_flag(0.0, MAX_RATE_RPS, low_inclusive=False),
+                   metavar="BASE_RPS",
+                   help="follow the paper's 44-minute ramp (Table IV) from this baseline, req/s, "
+                        "instead of a constant rate")
+    p.add_argument("--replicas", type=int_flag(1, MAX_REPLICAS), default=1,
+                   help="replicas sharing the load")
+    p.add_argument("--router", choices=[r.value for r in Router], default=Router.LEAST_LOADED.value,
+                   help="how each request picks its replica")
+    p.add_argument("--kv-capacity-tokens", type=int_flag(1, MAX_KV_TOKENS),
+                   help="KV cache per replica, tokens (default: unlimited in simulate, 449200 in "
+                        "emulate: Llama-3.1-8B on one H100)")
     p.add_argument("--seed", type=int_flag(0), default=0, help="random seed of the workload")
 
 

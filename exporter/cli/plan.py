@@ -72,15 +72,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gamma-ms", type=param, help="KV read time per cached token, ms (overrides the preset)"
     )
     plan.add_argument(
-        "--input-tokens",
-        type=number_flag(0.0, MAX_TOKENS),
-        default=1024.0,
+        "--input-tokens", type=number_flag(0.0, MAX_TOKENS), default=1024.0,
         help="mean prompt length",
     )
     plan.add_argument(
-        "--output-tokens",
-        type=number_flag(1.0, MAX_TOKENS),
-        default=512.0,
+        "--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0,
         help="mean output length",
     )
     add_server_limits(plan)

@@ -50,129 +50,55 @@ MAX_SPEED = 1e6
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `replay` subcommand."""
-    p = sub.add_parser(
-        "replay", help="replay a trace under several autoscaling policies", description=__doc__
-    )
+    p = sub.add_parser("replay", help="replay a trace under several autoscaling policies",
+                       description=__doc__)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--trace",
-        type=input_file,
-        metavar="CSV",
-        help="requests: arrival time, prompt tokens, output tokens per row "
-        "(Azure's TIMESTAMP,ContextTokens,GeneratedTokens, or see --columns)",
-    )
-    source.add_argument(
-        "--rate-profile",
-        type=input_file,
-        metavar="CSV",
-        help="time,rate rows (req/s), arrivals drawn on it with the length laws",
-    )
-    p.add_argument(
-        "--config",
-        type=input_file,
-        required=True,
-        help="the sizer's config (the deployment as it would run), with an optional "
-        "`replay:` section (README 'Try it on your own traffic')",
-    )
+    source.add_argument("--trace", type=input_file, metavar="CSV",
+                        help="requests: arrival time, prompt tokens, output tokens per row "
+                             "(Azure's TIMESTAMP,ContextTokens,GeneratedTokens, or see --columns)")
+    source.add_argument("--rate-profile", type=input_file, metavar="CSV",
+                        help="time,rate rows (req/s), arrivals drawn on it with the length laws")
+    p.add_argument("--config", type=input_file, required=True,
+                   help="the sizer's config (the deployment as it would run), with an optional "
+                        "`replay:` section (README 'Try it on your own traffic')")
     p.add_argument("--deployment", help="the deployment to replay when the config has several")
-    p.add_argument(
-        "--policy",
-        type=_policies,
-        default=",".join(n.value for n in PolicyName),
-        help="comma list of " + ", ".join(n.value for n in PolicyName),
-    )
-    p.add_argument(
-        "--out", type=Path, metavar="DIR", help="write replay.json and replay.png in this directory"
-    )
-    p.add_argument(
-        "--columns",
-        help="the trace's column names TIME,PROMPT,OUTPUT (a rate profile's: TIME,RATE)",
-    )
-    p.add_argument(
-        "--speed",
-        type=number_flag(0.0, MAX_SPEED, low_inclusive=False),
-        default=1.0,
-        help="divide the trace's times by this (2: twice the rate in half the time)",
-    )
-    p.add_argument(
-        "--window",
-        type=_window,
-        metavar="START:END",
-        help="replay only [START, END) seconds after the trace's first row",
-    )
-    p.add_argument(
-        "--rate-scale",
-        type=number_flag(0.0, 1000.0, low_inclusive=False),
-        default=1.0,
-        help="scale the request rate (2: if traffic doubled)",
-    )
-    p.add_argument(
-        "--skip-bad-rows",
-        action="store_true",
-        help="skip and count malformed rows instead of stopping at the first",
-    )
+    p.add_argument("--policy", type=_policies, default=",".join(n.value for n in PolicyName),
+                   help="comma list of " + ", ".join(n.value for n in PolicyName))
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="write replay.json and replay.png in this directory")
+    p.add_argument("--columns", help="the trace's column names TIME,PROMPT,OUTPUT (a rate "
+                                     "profile's: TIME,RATE)")
+    p.add_argument("--speed", type=number_flag(0.0, MAX_SPEED, low_inclusive=False), default=1.0,
+                   help="divide the trace's times by this (2: twice the rate in half the time)")
+    p.add_argument("--window", type=_window, metavar="START:END",
+                   help="replay only [START, END) seconds after the trace's first row")
+    p.add_argument("--rate-scale", type=number_flag(0.0, 1000.0, low_inclusive=False),
+                   default=1.0, help="scale the request rate (2: if traffic doubled)")
+    p.add_argument("--skip-bad-rows", action="store_true",
+                   help="skip and count malformed rows instead of stopping at the first")
     p.add_argument("--seed", type=int_flag(0), default=0, help="random seed of the replay")
-    p.add_argument(
-        "--price-per-replica-hour",
-        type=number_flag(0.0, 1e6),
-        metavar="PRICE",
-        help="report a cost per policy",
-    )
+    p.add_argument("--price-per-replica-hour", type=number_flag(0.0, 1e6), metavar="PRICE",
+                   help="report a cost per policy")
     truth = p.add_mutually_exclusive_group()
-    truth.add_argument(
-        "--truth-state",
-        type=input_file,
-        metavar="FILE",
-        help="the serving truth: the calibration in a sizer's state file",
-    )
-    truth.add_argument(
-        "--truth-fit",
-        type=input_file,
-        metavar="CSV",
-        help="the serving truth: fit the measured points of a `fit --csv` file",
-    )
-    truth.add_argument(
-        "--truth-params",
-        type=_params,
-        metavar="ALPHA,BETA,GAMMA",
-        help="the serving truth in ms (default: the config's replay.truth)",
-    )
-    p.add_argument(
-        "--input-tokens",
-        type=number_flag(1.0, MAX_TOKENS),
-        default=_DEFAULTS["input_tokens"],
-        help="rate profile: mean prompt length",
-    )
-    p.add_argument(
-        "--output-tokens",
-        type=number_flag(1.0, MAX_TOKENS),
-        default=_DEFAULTS["output_tokens"],
-        help="rate profile: mean output length",
-    )
-    p.add_argument(
-        "--lengths",
-        choices=[k.value for k in LengthKind if k != LengthKind.EMPIRICAL],
-        default=_DEFAULTS["lengths"],
-        help="rate profile: law of the lengths",
-    )
-    p.add_argument(
-        "--length-cv",
-        type=number_flag(0.0, MAX_CV),
-        default=_DEFAULTS["length_cv"],
-        help="rate profile: CV of the lognormal lengths",
-    )
-    p.add_argument(
-        "--interarrival-cv",
-        type=number_flag(0.0, MAX_CV),
-        default=_DEFAULTS["interarrival_cv"],
-        help="rate profile: CV of the gaps between arrivals (1: Poisson)",
-    )
-    p.add_argument(
-        "--progress",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="progress bar on stderr (auto: when stderr is a terminal)",
-    )
+    truth.add_argument("--truth-state", type=input_file, metavar="FILE",
+                       help="the serving truth: the calibration in a sizer's state file")
+    truth.add_argument("--truth-fit", type=input_file, metavar="CSV",
+                       help="the serving truth: fit the measured points of a `fit --csv` file")
+    truth.add_argument("--truth-params", type=_params, metavar="ALPHA,BETA,GAMMA",
+                       help="the serving truth in ms (default: the config's replay.truth)")
+    p.add_argument("--input-tokens", type=number_flag(1.0, MAX_TOKENS),
+                   default=_DEFAULTS["input_tokens"], help="rate profile: mean prompt length")
+    p.add_argument("--output-tokens", type=number_flag(1.0, MAX_TOKENS),
+                   default=_DEFAULTS["output_tokens"], help="rate profile: mean output length")
+    p.add_argument("--lengths", choices=[k.value for k in LengthKind if k != LengthKind.EMPIRICAL],
+                   default=_DEFAULTS["lengths"], help="rate profile: law of the lengths")
+    p.add_argument("--length-cv", type=number_flag(0.0, MAX_CV), default=_DEFAULTS["length_cv"],
+                   help="rate profile: CV of the lognormal lengths")
+    p.add_argument("--interarrival-cv", type=number_flag(0.0, MAX_CV),
+                   default=_DEFAULTS["interarrival_cv"],
+                   help="rate profile: CV of the gaps between arrivals (1: Poisson)")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="progress bar on stderr (auto: when stderr is a terminal)")
     p.set_defaults(func=run_replay, check=_check)
 
 
@@ -190,13 +116,8 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
-_DEFAULTS = {
-    "input_tokens": 1024.0,
-    "output_tokens": 512.0,
-    "lengths": LengthKind.LOGNORMAL.value,
-    "length_cv": 1.0,
-    "interarrival_cv": 1.0,
-}
+_DEFAULTS = {"input_tokens": 1024.0, "output_tokens": 512.0, "lengths": LengthKind.LOGNORMAL.value,
+             "length_cv": 1.0, "interarrival_cv": 1.0}
 
 
 def _policies(text: str) -> tuple[PolicyName, ...]:
@@ -217,9 +138,8 @@ def _window(text: str) -> tuple[float, float]:
     except ValueError:
         low, high = math.nan, math.nan
     if not (0 <= low < high):
-        raise argparse.ArgumentTypeError(
-            f"must be START:END seconds with 0 <= START < END, got {text!r}"
-        )
+        raise argparse.ArgumentTypeError(f"must be START:END seconds with 0 <= START < END, "
+                                         f"got {text!r}")
     return low, high
 
 
@@ -231,8 +151,7 @@ def _params(text: str) -> ServiceParams:
         return ServiceParams(*values)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be three numbers > 0, ALPHA,BETA,GAMMA in ms, got {text!r}"
-        ) from None
+            f"must be three numbers > 0, ALPHA,BETA,GAMMA in ms, got {text!r}") from None
 
 
 def _truth(args: argparse.Namespace, settings: ReplaySettings) -> ServiceParams:
@@ -249,42 +168,31 @@ def _truth(args: argparse.Namespace, settings: ReplaySettings) -> ServiceParams:
         entry = StateFile(args.truth_state).load().get("deployments", {}).get(name)
         params = None if entry is None else Tuner.from_dict(entry["tuner"]).params
         if params is None:
-            raise ValueError(
-                f"--truth-state {args.truth_state}: no calibration of deployment {name!r} in it"
-            )
+            raise ValueError(f"--truth-state {args.truth_state}: no calibration of "
+                             f"deployment {name!r} in it")
         return params
     if settings.truth is None:
-        raise ValueError(
-            "the serving truth is missing: give --truth-params, --truth-fit, "
-            "--truth-state or the config's replay.truth"
-        )
+        raise ValueError("the serving truth is missing: give --truth-params, --truth-fit, "
+                         "--truth-state or the config's replay.truth")
     return settings.truth
 
 
-def _arrivals(
-    args: argparse.Namespace, transform: Transform, rng: np.random.Generator
-) -> tuple[ArrivalSource, int]:
+def _arrivals(args: argparse.Namespace, transform: Transform,
+              rng: np.random.Generator) -> tuple[ArrivalSource, int]:
     """The arrival source and the bad rows skipped so far (a profile is read whole)."""
     if args.trace is not None:
         columns = None if args.columns is None else TraceColumns.parse(args.columns)
-        return TraceReader(
-            args.trace,
-            rng=rng,
-            columns=columns,
-            transform=transform,
-            skip_bad_rows=args.skip_bad_rows,
-        ), 0
+        return TraceReader(args.trace, rng=rng, columns=columns, transform=transform,
+                           skip_bad_rows=args.skip_bad_rows), 0
     names = None
     if args.columns is not None:
         parts = [x.strip() for x in args.columns.split(",")]
         if len(parts) != 2 or not all(parts):
-            raise ValueError(
-                f"--columns: a rate profile has two columns TIME,RATE, got {args.columns!r}"
-            )
+            raise ValueError(f"--columns: a rate profile has two columns TIME,RATE, "
+                             f"got {args.columns!r}")
         names = (parts[0], parts[1])
-    profile, skipped = load_rate_profile(
-        args.rate_profile, transform=transform, columns=names, skip_bad_rows=args.skip_bad_rows
-    )
+    profile, skipped = load_rate_profile(args.rate_profile, transform=transform, columns=names,
+                                         skip_bad_rows=args.skip_bad_rows)
     kind = LengthKind(args.lengths)
     return ProfileArrivals(
         profile, rng, input_lengths=LengthDist(kind, args.input_tokens, cv=args.length_cv),
@@ -310,9 +218,8 @@ class Progress:
             bar = f"[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {100 * share:5.1f}% "
         else:
             bar = ""
-        self._stream.write(
-            f"\r{bar}{done_s / 60:.1f} min replayed, {result.arrivals} requests, {wall:.0f} s"
-        )
+        self._stream.write(f"\r{bar}{done_s / 60:.1f} min replayed, {result.arrivals} requests, "
+                           f"{wall:.0f} s")
         self._stream.flush()
 
     def close(self) -> None:
@@ -360,14 +267,9 @@ def _replay(args: argparse.Namespace) -> int:
     progress = Progress(sys.stderr, _total_s(args, source)) if show else None
     stopping = _StopOnSigint()
     try:
-        result = replay(
-            settings,
-            truth,
-            args.policy,
-            source,
-            on_step=None if progress is None else progress.update,
-            stop=stopping.requested,
-        )
+        result = replay(settings, truth, args.policy, source,
+                        on_step=None if progress is None else progress.update,
+                        stop=stopping.requested)
     except TraceError as exc:
         if progress is not None:
             progress.close()

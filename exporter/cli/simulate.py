@@ -55,34 +55,19 @@ class RateRow:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `simulate` subcommand."""
-    sim = subparsers.add_parser(
-        "simulate", help="simulate vLLM replicas under a load", description=_run_simulate.__doc__
-    )
+    sim = subparsers.add_parser("simulate", help="simulate vLLM replicas under a load",
+                                description=_run_simulate.__doc__)
     add_fleet_options(sim)
-    sim.add_argument(
-        "--rates",
-        type=_rates,
-        default="1,2,4,8",
-        help="comma-separated arrival rates of the whole fleet, req/s, one run each",
-    )
-    sim.add_argument(
-        "--duration-s",
-        type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
-        default=600.0,
-        help="simulated seconds of arrivals at each rate",
-    )
-    sim.add_argument(
-        "--warmup-s",
-        type=number_flag(0.0, MAX_DURATION_S),
-        default=60.0,
-        help="simulated seconds at the start of each rate whose arrivals the statistics leave out",
-    )
+    sim.add_argument("--rates", type=_rates, default="1,2,4,8",
+                     help="comma-separated arrival rates of the whole fleet, req/s, one run each")
+    sim.add_argument("--duration-s", type=number_flag(0.0, MAX_DURATION_S, low_inclusive=False),
+                     default=600.0, help="simulated seconds of arrivals at each rate")
+    sim.add_argument("--warmup-s", type=number_flag(0.0, MAX_DURATION_S), default=60.0,
+                     help="simulated seconds at the start of each rate whose arrivals the "
+                          "statistics leave out")
     sim.add_argument("--csv", type=output_file, help="write the table as CSV here")
-    sim.add_argument(
-        "--trace",
-        type=input_file,
-        help="replay requests from a CSV (arrival_s, input_tokens, output_tokens)",
-    )
+    sim.add_argument("--trace", type=input_file,
+                     help="replay requests from a CSV (arrival_s, input_tokens, output_tokens)")
     sim.set_defaults(func=_run_simulate, check=_check_simulate)
 
 
@@ -107,20 +92,16 @@ def _check_simulate(args: argparse.Namespace) -> str | None:
         profile = RateProfile.paper(args.paper_profile)
         requests, flag = float(profile.cumulative(profile.duration_s)), "--paper-profile"
     elif args.warmup_s >= args.duration_s:
-        return (
-            f"argument --warmup-s: must be < --duration-s ({args.duration_s:g}), "
-            f"got {args.warmup_s:g}"
-        )
+        return (f"argument --warmup-s: must be < --duration-s ({args.duration_s:g}), "
+                f"got {args.warmup_s:g}")
     else:
         requests, flag = max(args.rates) * args.duration_s, "--duration-s"
     if requests > MAX_WORK:
         return f"argument {flag}: a load draws {requests:.3g} requests, more than {MAX_WORK}"
     chunks = math.ceil(args.input_tokens / args.max_num_batched_tokens)
     if requests * chunks > MAX_WORK:
-        return (
-            f"argument --max-num-batched-tokens: a mean prompt takes {chunks} prefill "
-            f"iterations at this budget; {requests:.3g} requests take more than {MAX_WORK}"
-        )
+        return (f"argument --max-num-batched-tokens: a mean prompt takes {chunks} prefill "
+                f"iterations at this budget; {requests:.3g} requests take more than {MAX_WORK}")
     return None
 
 
@@ -133,38 +114,26 @@ def _run_simulate(args: argparse.Namespace) -> int:
         print(f"vllm-sizer simulate: {exc}", file=sys.stderr)
         return 2
     rows: list[RateRow] = []
-    print(
-        f"{'load':>14} {'reqs':>7} | TTFT ms: {'mean':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
-        f"| ITL ms: {'mean':>7} {'p50':>7} {'p90':>7} {'p99':>7} | wall s"
-    )
+    print(f"{'load':>14} {'reqs':>7} | TTFT ms: {'mean':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
+          f"| ITL ms: {'mean':>7} {'p50':>7} {'p90':>7} {'p99':>7} | wall s")
     for label, trace, warmup_s in loads:
         began = time.perf_counter()
-        sim = Simulator(
-            params,
-            server,
-            replicas=args.replicas,
-            router=Router(args.router),
-            kv_capacity_tokens=args.kv_capacity_tokens,
-        )
+        sim = Simulator(params, server, replicas=args.replicas, router=Router(args.router),
+                        kv_capacity_tokens=args.kv_capacity_tokens)
         sim.add_requests(trace)
         res = sim.run()
         keep = res.arrival_s >= warmup_s
         ttft, itl = res.ttft_ms[keep], res.itl_ms[keep]
         row = RateRow(
-            load=label,
-            requests=int(keep.sum()),
-            completed=res.completed,
-            **_summary("ttft", ttft),
-            **_summary("itl", itl),
+            load=label, requests=int(keep.sum()), completed=res.completed,
+            **_summary("ttft", ttft), **_summary("itl", itl),
             wall_s=time.perf_counter() - began,
         )
         rows.append(row)
-        print(
-            f"{row.load:>14} {row.requests:>7} | {'':8} {row.ttft_mean_ms:8.1f} "
-            f"{row.ttft_p50_ms:8.1f} {row.ttft_p90_ms:8.1f} {row.ttft_p99_ms:8.1f} | {'':7} "
-            f"{row.itl_mean_ms:7.2f} {row.itl_p50_ms:7.2f} {row.itl_p90_ms:7.2f} "
-            f"{row.itl_p99_ms:7.2f} | {row.wall_s:6.2f}"
-        )
+        print(f"{row.load:>14} {row.requests:>7} | {'':8} {row.ttft_mean_ms:8.1f} "
+              f"{row.ttft_p50_ms:8.1f} {row.ttft_p90_ms:8.1f} {row.ttft_p99_ms:8.1f} | {'':7} "
+              f"{row.itl_mean_ms:7.2f} {row.itl_p50_ms:7.2f} {row.itl_p90_ms:7.2f} "
+              f"{row.itl_p99_ms:7.2f} | {row.wall_s:6.2f}")
     if args.csv is not None:
         with args.csv.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(asdict(rows[0])))
@@ -182,30 +151,17 @@ def _loads(
         return [(args.trace.name, load_trace_csv(args.trace), 0.0)]
     if args.paper_profile is not None:
         profile = RateProfile.paper(args.paper_profile)
-        trace = draw_trace(
-            profile,
-            n_in,
-            n_out,
-            np.random.default_rng(args.seed),
-            cv=args.interarrival_cv,
-            pairs=traffic.pairs,
-            prefix_hit_share=traffic.prefix_hit_share,
-        )
+        trace = draw_trace(profile, n_in, n_out, np.random.default_rng(args.seed),
+                           cv=args.interarrival_cv, pairs=traffic.pairs,
+                           prefix_hit_share=traffic.prefix_hit_share)
         return [("paper-profile", trace, 0.0)]
     out = []
     for rate in args.rates:
         rng = np.random.default_rng(args.seed)
         profile = traffic.profile(rate, args.duration_s, rng)
-        trace = draw_trace(
-            profile,
-            n_in,
-            n_out,
-            rng,
-            duration_s=args.duration_s,
-            cv=args.interarrival_cv,
-            pairs=traffic.pairs,
-            prefix_hit_share=traffic.prefix_hit_share,
-        )
+        trace = draw_trace(profile, n_in, n_out, rng, duration_s=args.duration_s,
+                           cv=args.interarrival_cv, pairs=traffic.pairs,
+                           prefix_hit_share=traffic.prefix_hit_share)
         out.append((f"{rate:g}", trace, float(args.warmup_s)))
     return out
 

@@ -64,11 +64,8 @@ TOO_LARGE = [
     ({"replicas": {"max": 10**9}}, "replicas.max", MAX_REPLICAS),
     ({"scale_down_stabilization_s": 10**9}, "scale_down_stabilization_s", MAX_STABILIZATION_S),
     # Larger deadlines overflow the platform's timers: every read would fail.
-    (
-        {"source": {"scrape_urls": ["http://x/"], "scrape_timeout_s": 1e12}},
-        "source.scrape_timeout_s",
-        MAX_TIMEOUT_S,
-    ),  # fmt: skip
+    ({"source": {"scrape_urls": ["http://x/"], "scrape_timeout_s": 1e12}},
+     "source.scrape_timeout_s", MAX_TIMEOUT_S),  # fmt: skip
     # Each factor within its bound, their product not: 16384 x 1000 cells per fit.
     (
         {"server": {"max_num_seqs": MAX_NUM_SEQS}, "tuner": {"window": MAX_TUNER_WINDOW}},

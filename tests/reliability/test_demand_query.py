@@ -133,12 +133,9 @@ def test_the_daemon_counts_logs_once_and_holds_zero_while_the_query_fails(
             # guard and the alerts see a working sizer at zero).
             assert registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": "ok"}) == 3
             assert daemon.ready()
-            assert (
-                registry.get_sample_value(
-                    "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
-                )
-                == 0.0
-            )
+            assert registry.get_sample_value(
+                "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
+            ) == 0.0
             assert {errors(r) for r in FailureReason} == {0.0}  # every reason exists from start
             caplog.set_level(logging.DEBUG, logger="exporter.collector.demand")
             for body, reason, _ in BAD_ANSWERS:
@@ -151,12 +148,9 @@ def test_the_daemon_counts_logs_once_and_holds_zero_while_the_query_fails(
             # Nothing observed since the demand failed: those cycles failed.
             failed = registry.get_sample_value("vllm_sizer_cycles_total", {"outcome": "failed"})
             assert failed == len(BAD_ANSWERS) + 1
-            assert (
-                registry.get_sample_value(
-                    "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
-                )
-                is None
-            )  # unknown: omitted, never 0
+            assert registry.get_sample_value(
+                "vllm_sizer_demand", {"deployment": "llama", "model_name": "m", "kind": "rate"}
+            ) is None  # unknown: omitted, never 0
             warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
             assert len(warnings) == 1 and "demand query failed" in warnings[0].getMessage()
             server.fault = Fault.SERVE
