@@ -4,12 +4,16 @@
 servers whose fault changes every minute (a byte-a-second drip, a hang, an endless body, a
 redirect, two pods behind one URL, counters that fall, garbage). A client floods the daemon's
 API meanwhile (bounded: about 40 requests/s, malformed ones among them, plus 40 idle
-connections). Checked and written to bench/results/soak.json:
+connections). Three phases in turn fault healthy deployments (bench/lib/soak_phases.py): 80
+clients reconnecting in a loop hold every connection while /healthz is probed once a second,
+one pod of a two-replica fleet answers garbage, and a deployment read through a fake Prometheus
+gets each series twice, once at 1e15. Checked and written to bench/results/soak.json:
 - no cycle later than its deadline: the daemon's own account, a cycle that runs past the next
   period boundary (the cycle-time histogram's bucket at the period) or a boundary passed
   without a cycle (`vllm_sizer_cycles_skipped_total`);
 - every healthy deployment's desired count within +-1 of `replicas_for_slo` at the true
   parameters and the offered load, and within the bounds, at every check after warm-up;
+- every /healthz probe during the flood a 200 within 2 s;
 - no faulty deployment's desired count above FAULTY_MAX_DESIRED after warm-up: their pods
   serve 2 req/s (a sixth of one replica's capacity), whatever lie they tell;
 - the daemon process's RSS grows by less than 10 MB after warm-up, and its thread count does
@@ -56,6 +60,12 @@ from urllib.request import urlopen
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.lib.soak_phases import (
+    ConnectionFlood,
+    DuplicatingPrometheus,
+    GarbageProxy,
+    active,
+)
 from model import ServerConfig, ServiceParams, Workload, max_rate_for_slo, replicas_for_slo
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
 from tests.reliability.fault_server import Fault, FaultServer
@@ -75,6 +85,8 @@ WARMUP_S = 120.0
 MAX_RSS_GROWTH_MB = 10.0
 MAX_THREAD_GROWTH = 2
 FAULTY_MAX_DESIRED = 2  # their true need (1) + 1, the healthy deployments' tolerance
+GARBAGE_FLEET = 4  # a fleet of two replicas: its second pod is read through the proxy
+DUPLICATE_FLEET = 1  # a fleet of two replicas, read again through the fake Prometheus
 STEP = steady_increment(
     completions=10, in_tokens=512, out_tokens=128, ttft_s=0.05, itl_s=0.01,
     queue_s=0.0, inference_s=1.3, running=3, waiting=0, kv_usage=0.1,
@@ -250,6 +262,12 @@ def main() -> int:
     for pod in faulty:
         pod.apply(0.0)
         pod.server.__enter__()
+    assert needs[GARBAGE_FLEET] == needs[DUPLICATE_FLEET] == 2
+    proxy = GarbageProxy(fleets[GARBAGE_FLEET].urls[1])
+    proxy.server.__enter__()
+    fleets[GARBAGE_FLEET].urls[1] = proxy.url
+    prometheus = DuplicatingPrometheus(list(fleets[DUPLICATE_FLEET].urls)).__enter__()
+    flood_phase = ConnectionFlood(port)
     common = {"model_name": "m", "slo": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS},
               "replicas": {"min": MIN_REPLICAS, "max": MAX_REPLICAS}}  # fmt: skip
     deployments = [
@@ -263,10 +281,17 @@ def main() -> int:
         {"name": f"faulty-{k}", **common,
          "source": {"scrape_urls": [pod.server.url], "scrape_timeout_s": 1}}  # fmt: skip
         for k, pod in enumerate(faulty)
+    ] + [
+        {"name": "duplicated", **common, "initial_params": TRUE.to_dict(),
+         "source": {"prometheus_selector": '{namespace="soak"}'},
+         "scale_down_stabilization_s": 30}  # fmt: skip
     ]
+    watched = {f"healthy-{k}": truth[k] for k in range(HEALTHY)}
+    watched["duplicated"] = truth[DUPLICATE_FLEET]
     config = work / "config.yaml"
     config.write_text(yaml.safe_dump({
         "cycle_period_s": PERIOD_S, "listen_address": f"127.0.0.1:{port}",
+        "prometheus": {"url": prometheus.url, "timeout_s": 2},
         "state_file": str(work / "state.json"), "log_level": "warning",
         "deployments": deployments,
     }))  # fmt: skip
@@ -291,13 +316,19 @@ def main() -> int:
             time.sleep(PERIOD_S)
             for pod in faulty:
                 pod.apply(elapsed)
+            proxy.garbage = active("garbage", elapsed, duration_s)
+            prometheus.duplicate = active("duplicate", elapsed, duration_s)
+            phase = next((p for p in ("flood", "garbage", "duplicate")
+                          if active(p, elapsed, duration_s)), "")  # fmt: skip
+            if active("flood", elapsed, duration_s) != flood_phase.running:
+                (flood_phase.stop if flood_phase.running else flood_phase.start)()
             families = {f.name: f for f in scrape(port)}
             desired = gauge_values(families, "vllm_sizer_desired_replicas")
             rate = gauge_values(families, "vllm_sizer_arrival_rate_requests_per_second")
             cycle_s = families["vllm_sizer_cycle_duration_seconds"].samples[0].value
             rss_mb, thread_count = proc_stats(daemon.pid)
             checks.append({"t_s": round(elapsed, 1), "rss_mb": rss_mb, "threads": thread_count,
-                           "last_cycle_s": round(cycle_s, 3)})  # fmt: skip
+                           "last_cycle_s": round(cycle_s, 3), "phase": phase})  # fmt: skip
             if elapsed < warmup_s:
                 continue
             capacity = gauge_values(families, "vllm_sizer_max_rate_per_replica_requests_per_second")
@@ -310,15 +341,16 @@ def main() -> int:
                                        "mode": pod.current, "desired": got,
                                        "rate_rps": rate.get(name),
                                        "capacity_rps": capacity.get(name)})  # fmt: skip
-            for k in range(HEALTHY):
-                got = desired.get(f"healthy-{k}")
-                ok = got is not None and abs(got - truth[k]) <= 1
+            for name, need in watched.items():
+                got = desired.get(name)
+                ok = got is not None and abs(got - need) <= 1
                 if not ok or not MIN_REPLICAS <= got <= MAX_REPLICAS:  # type: ignore[operator]
-                    misses.append({"t_s": round(elapsed, 1), "deployment": k, "desired": got,
-                                   "truth": truth[k], "rate_rps": rate.get(f"healthy-{k}"),
-                                   "true_rate_rps": rates[k]})  # fmt: skip
+                    misses.append({"t_s": round(elapsed, 1), "deployment": name, "desired": got,
+                                   "truth": need, "rate_rps": rate.get(name),
+                                   "phase": phase})  # fmt: skip
         families = {f.name: f for f in scrape(port)}
     finally:
+        flood_phase.stop()
         stop.set()
         daemon.terminate()
         try:
@@ -328,6 +360,8 @@ def main() -> int:
         late_ticks = [fleet.stop() for fleet in fleets]
         for pod in faulty:
             pod.server.__exit__()
+        proxy.server.__exit__()
+        prometheus.__exit__()
     load_after = os.getloadavg()
     buckets = {
         float(s.labels["le"]): s.value
@@ -355,7 +389,12 @@ def main() -> int:
         "cycles_over_period": late,
         "cycles_skipped": skipped,
         "max_sampled_cycle_s": max(c["last_cycle_s"] for c in checks),
-        "healthy_checks": len(after) * HEALTHY,
+        "healthy_checks": len(after) * len(watched),
+        "phases": {"flood": flood_phase.probes and {
+            "healthz_probes": len(flood_phase.probes),
+            "healthz_not_200": [p for p in flood_phase.probes if p["status"] != 200],
+            "healthz_slowest_s": max(p["s"] for p in flood_phase.probes)},
+            "duplicate_prometheus_queries": prometheus.queries},  # fmt: skip
         "healthy_misses": misses,
         "faulty_max_desired_after_warmup": faulty_max,
         "faulty_excursions": excursions,
@@ -372,12 +411,17 @@ def main() -> int:
     }
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     api_ok = counts["failed"] == 0 and counts["ok"] > 0
+    flood_ok = bool(flood_phase.probes) and all(p["status"] == 200 for p in flood_phase.probes)
     ok = (not misses and late == 0 and skipped == 0 and rss_growth < MAX_RSS_GROWTH_MB
-          and thread_growth <= MAX_THREAD_GROWTH and api_ok
+          and thread_growth <= MAX_THREAD_GROWTH and api_ok and flood_ok
           and faulty_max <= FAULTY_MAX_DESIRED)  # fmt: skip
     print(f"soak {args.minutes:g} min, {HEALTHY} healthy + {FAULTY} faulty deployments")
     print(f"cycles {cycles:.0f}, over the {PERIOD_S} s period {late:.0f}, skipped {skipped:.0f}")
-    print(f"healthy desired off by more than 1: {len(misses)} of {len(after) * HEALTHY} checks")
+    print(f"healthy desired off by more than 1: {len(misses)} of {len(after) * len(watched)} "
+          "checks (garbage-pod and duplicate-series deployments included)")  # fmt: skip
+    bad_probes = [p for p in flood_phase.probes if p["status"] != 200]
+    print(f"flood: /healthz {len(flood_phase.probes) - len(bad_probes)} of "
+          f"{len(flood_phase.probes)} probes 200")  # fmt: skip
     print(f"faulty deployments' desired after warm-up at most {faulty_max:g} (limit "
           f"{FAULTY_MAX_DESIRED})")
     print(f"RSS growth after warm-up {rss_growth:+.1f} MB, threads {min(threads)}-{max(threads)}"

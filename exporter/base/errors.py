@@ -23,7 +23,7 @@ class FailureReason(StrEnum):
     BODY_TOO_LARGE = "body_too_large"  # the answer exceeded the configured size cap
     STALE = "stale"
     RESOLVE = "resolve"
-    BAD_RESPONSE = "bad_response"  # Prometheus answered, but not with a vector
+    BAD_RESPONSE = "bad_response"  # Prometheus answered, but not one vector series per pod+metric
     QUERY = "query"  # Prometheus rejected the query
     BAD_VALUE = "bad_value"  # the demand query gave no single finite value >= 0
     TOKEN = "token"  # the bearer token file could not be read

@@ -90,7 +90,14 @@ def _run_emulate(args: argparse.Namespace) -> int:
         return 2
     done = threading.Event()
     began = time.monotonic()
-    with fleet:
+    try:
+        fleet.start()
+    except OSError as exc:
+        fleet.stop()  # the replicas that did start
+        where = "" if args.base_port is None else f"--base-port {args.base_port}: "
+        print(f"vllm-sizer emulate: {where}cannot listen ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    try:
         for url in fleet.urls:
             print(url, flush=True)
         try:
@@ -105,4 +112,6 @@ def _run_emulate(args: argparse.Namespace) -> int:
                       f"{stats.behind_ticks}", flush=True)
         except KeyboardInterrupt:
             pass
+    finally:
+        fleet.stop()
     return 1 if fleet.error is not None else 0

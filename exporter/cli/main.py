@@ -8,6 +8,7 @@ like argparse's own errors.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, cast
@@ -77,7 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     problem = None if check is None else check(args)
     if problem is not None:
         commands[args.command].error(problem)  # exits 2, as for a bad flag value
-    return int(args.func(args))
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (`plan | head`): nothing is lost. stdout goes to /dev/null so that
+        # the interpreter's last flush does not fail on the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return code
 
 
 if __name__ == "__main__":

@@ -186,7 +186,7 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     if capacity.feasible:
         low, high = args.load or (0.5 * capacity.rate_rps, 4.0 * capacity.rate_rps)
-        loads = np.linspace(low, high, 8)
+        loads = np.unique(np.linspace(low, high, 8))  # one row when MIN_RPS = MAX_RPS
         print(f"\ntotal load req/s | replicas | per-replica TTFT ms | ITL ms{names}")
         for load in loads:
             plan = _replicas(params, server, workload, capacity, float(load))

@@ -26,6 +26,7 @@ from exporter.collector.pod_observation import (
     Problem,
     continuity,
     histogram_mean,
+    implausible,
     observe_pod,
 )
 from exporter.collector.saturation import Saturation
@@ -131,7 +132,8 @@ def observe_deployment(
     distrusted: frozenset[str] = frozenset(),
 ) -> DeploymentObservation:
     """Two reads of one deployment -> its observation over (start.time_s, end.time_s];
-    `distrusted` pods' windows are unusable, as are those whose counters fell."""
+    `distrusted` pods' windows are unusable, as are those whose counters fell or count more
+    than their gauges make plausible."""
     before = {s.pod: s for s in start.samples if s.ok}
     after = {s.pod: s for s in end.samples if s.ok}
     problems: set[Problem] = set()
@@ -139,7 +141,11 @@ def observe_deployment(
     unusable: list[str] = []  # pods read at both ends whose counters cannot be trusted
     for pod in sorted(after.keys() & before.keys()):
         if after[pod].time_s > before[pod].time_s:
-            if pod in distrusted or continuity(before[pod], after[pod]) is Continuity.INCONSISTENT:
+            if (
+                pod in distrusted
+                or continuity(before[pod], after[pod]) is Continuity.INCONSISTENT
+                or implausible(before[pod], after[pod])
+            ):
                 unusable.append(pod)
             else:
                 pods.append(observe_pod(before[pod], after[pod]))
@@ -177,7 +183,10 @@ def observe_deployment(
     # Pods known to exist (they answered, or a read of them failed) but without a usable delta
     # still serve traffic: their load is estimated from the observed pods' mean, never zero.
     failed = {f.pod for f in end.failures} - after.keys()
-    unobserved = len(unusable) + len(failed)
+    # A pod answering again after failed reads has no window start yet, but has served all
+    # along: unobserved, not new (a new pod's load starts at its first window).
+    recovered = (after.keys() - before.keys()) & {f.pod for f in start.failures}
+    unobserved = len(unusable) + len(failed) + len(recovered)
     scale = (len(pods) + unobserved) / len(pods) if pods else 1.0
     kv = [s.gauges[GaugeName.KV_USAGE] for s in after.values() if GaugeName.KV_USAGE in s.gauges]
     running = [p.avg_running for p in pods if p.avg_running is not None]

@@ -221,6 +221,30 @@ def observe_pod(start: PodSample, end: PodSample) -> PodObservation:
     )
 
 
+# Little's law gives a window's mean requests in flight as completions x mean lifetime / window;
+# more than this many times what the running and waiting gauges showed at either end (plus one)
+# is no burst between two reads but counters that lie (a duplicated series, a corrupted pod).
+PLAUSIBLE_IN_FLIGHT_FACTOR = 100.0
+
+
+def implausible(start: PodSample, end: PodSample) -> bool:
+    """True when the window's completions need far more requests in flight than the pod's
+    gauges make plausible (PLAUSIBLE_IN_FLIGHT_FACTOR); False whenever a figure is missing."""
+    window_s = end.time_s - start.time_s
+    held = [_backlog(start), _backlog(end)]
+    if window_s <= 0 or None in held or continuity(start, end) is Continuity.RESTARTED:
+        return False
+    success = CounterName.REQUEST_SUCCESS
+    completed = end.counters.get(success, 0.0) - start.counters.get(success, 0.0)
+    lifetime_s = 0.0
+    for phase in (HistogramName.QUEUE_TIME_S, HistogramName.INFERENCE_TIME_S):
+        a, b = start.histograms.get(phase), end.histograms.get(phase)
+        if a is not None and b is not None and b.count > a.count:
+            lifetime_s += (b.sum - a.sum) / (b.count - a.count)
+    in_flight = completed * lifetime_s / window_s
+    return in_flight > PLAUSIBLE_IN_FLIGHT_FACTOR * (1.0 + max(h or 0.0 for h in held))
+
+
 def _decreased(start: PodSample, end: PodSample) -> bool:
     if any(end.counters[c] < v for c, v in start.counters.items() if c in end.counters):
         return True

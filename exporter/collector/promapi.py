@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlencode
 
-from exporter.base.errors import FailureReason, PrometheusQueryError
+from exporter.base.errors import QUERY_SHOWN_CHARS, FailureReason, PrometheusQueryError
 from exporter.collector.http_fetch import FetchError, HttpResponse, fetch
 from exporter.config.values import DEFAULT_MAX_RESPONSE_BYTES
 
@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_QUERY_TIMEOUT_S = 10.0
 QUERY_PATH = "/api/v1/query"
+WARNINGS_SHOWN_CHARS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,7 @@ class PrometheusClient:
         self._token_file = bearer_token_file
         self._max_body_bytes = max_body_bytes
         self._ssl = _ssl_context(ca_file, insecure) if base_url.startswith("https://") else None
+        self._warned: dict[str, str] = {}  # per query, the warnings last logged
 
     def headers(self) -> dict[str, str]:
         """Request headers; the token is read now, trimmed, and omitted when empty."""
@@ -99,7 +101,7 @@ class PrometheusClient:
             )
         except FetchError as exc:
             raise PrometheusQueryError(url, promql, str(exc), reason=exc.reason) from exc
-        body = _json_or_none(response)
+        body = _json_or_none(response, url, promql)
         if isinstance(body, dict) and body.get("status") == "error":
             message = f"{body.get('errorType', 'error')}: {body.get('error', '')}"
             raise PrometheusQueryError(url, promql, message, reason=FailureReason.QUERY)
@@ -108,7 +110,13 @@ class PrometheusClient:
                 url, promql, f"HTTP {response.status}", reason=FailureReason.HTTP_STATUS
             )
         if isinstance(body, dict) and body.get("warnings"):
-            logger.warning("prometheus warnings for %s: %s", promql, body["warnings"])
+            line = _warnings_line(body["warnings"], promql)
+            # The same warnings every cycle are one WARNING, then DEBUG lines.
+            if self._warned.get(promql) == line:
+                logger.debug("prometheus: %s", line)
+            else:
+                self._warned[promql] = line
+                logger.warning("prometheus: %s", line)
         try:
             return _samples(body)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -126,11 +134,27 @@ def _ssl_context(ca_file: Path | None, insecure: bool) -> ssl.SSLContext:
     return context
 
 
-def _json_or_none(response: HttpResponse) -> Any:
+def _json_or_none(response: HttpResponse, url: str, promql: str) -> Any:
     try:
         return json.loads(response.body)
     except ValueError:
         return None  # not JSON: the status check or the envelope check reports it
+    except RecursionError as exc:  # arrays in arrays deeper than the parser's recursion
+        raise PrometheusQueryError(
+            url, promql, "answer nested too deeply to be a query result",
+            reason=FailureReason.BAD_RESPONSE,
+        ) from exc  # fmt: skip
+
+
+def _warnings_line(warnings: Any, promql: str) -> str:
+    """Prometheus's warnings for a query, cut to WARNINGS_SHOWN_CHARS: an answer may carry
+    thousands of them."""
+    listed = warnings if isinstance(warnings, list) else [warnings]
+    text = "; ".join(str(w) for w in listed[:5])
+    if len(text) > WARNINGS_SHOWN_CHARS:
+        text = text[:WARNINGS_SHOWN_CHARS] + "..."
+    shown = promql if len(promql) <= QUERY_SHOWN_CHARS else promql[:QUERY_SHOWN_CHARS] + "..."
+    return f"{len(listed)} warnings for [query {shown}]: {text}"
 
 
 def _samples(body: Any) -> list[VectorSample]:

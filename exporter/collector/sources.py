@@ -27,6 +27,7 @@ from exporter.collector.vllm_metrics import (
     PROCESS_START_METRIC,
     PodSample,
     RawSeries,
+    SampleStatus,
     parse_exposition,
     sample_from_series,
     wanted_sample_names,
@@ -39,6 +40,7 @@ DEFAULT_SCRAPE_TIMEOUT_S = 5.0
 DEFAULT_MAX_WORKERS = 8
 DEFAULT_POD_LABEL = "pod"
 DEFAULT_MAX_SAMPLE_AGE_S = 120.0
+FUTURE_TOLERANCE_S = 5.0  # scrape times later than the query's by more: a warning
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,9 @@ class ScrapeSource:
         self._max_body_bytes = max_body_bytes
         self._max_workers = max_workers
         self._resolver = resolver
+        # Each failing URL's reason: a failure is a WARNING when it starts or changes reason,
+        # DEBUG while it repeats, and its end an INFO line (the counter counts every one).
+        self._failing: dict[str, FailureReason] = {}
 
     def targets(self) -> tuple[str, ...]:
         """This cycle's URLs: the static list, or one per A record of the Service name."""
@@ -144,12 +149,26 @@ class ScrapeSource:
             for url, outcome in zip(urls, pool.map(self._scrape_one, urls), strict=True):
                 if isinstance(outcome, PodSample):
                     samples.append(outcome)
+                    if self._failing.pop(url, None) is not None:
+                        logger.info("scrape %s recovered", url)
                 else:
-                    logger.warning(
-                        "scrape %s failed (%s): %s", url, outcome.reason, outcome.message
-                    )
+                    self._note_failure(url, outcome)
                     failures.append(outcome)
+        for url in self._failing.keys() - set(urls):
+            del self._failing[url]  # a target gone from the Service is no longer failing
         return SourceRead(time_s=time_s, samples=tuple(samples), failures=tuple(failures))
+
+    def _note_failure(self, url: str, failure: PodFailure) -> None:
+        if self._failing.get(url) == failure.reason:
+            logger.debug("scrape %s failed (%s): %s", url, failure.reason, failure.message)
+            return
+        self._failing[url] = failure.reason
+        logger.warning(
+            "scrape %s failed (%s): %s; repeats are logged at debug",
+            url,
+            failure.reason,
+            failure.message,
+        )
 
     def _scrape_one(self, url: str) -> PodSample | PodFailure:
         pod = pod_name_for_url(url)
@@ -167,11 +186,24 @@ class ScrapeSource:
             # bounds the timestamp error by half the round trip, which grows under load.
             read_s = 0.5 * (sent_s + self._clock.time())
             text = response.body.decode("utf-8", errors="replace")
-            return parse_exposition(text, pod=pod, time_s=read_s, model_name=self._model_name)
+            sample = parse_exposition(text, pod=pod, time_s=read_s, model_name=self._model_name)
         except FetchError as exc:
             return PodFailure(pod, exc.reason, str(exc))
         except ScrapeError as exc:
             return PodFailure(pod, FailureReason.PARSE, str(exc))
+        unreadable = _unreadable(sample)
+        return sample if unreadable is None else PodFailure(pod, FailureReason.PARSE, unreadable)
+
+
+def _unreadable(sample: PodSample) -> str | None:
+    """Why a scraped answer is no vLLM sample at all (garbage, binary, empty, every value NaN):
+    such a pod failed, and its load is estimated from the others', never dropped. A pod
+    serving another model, or vLLM without a request counter yet, is a sample."""
+    if sample.status is SampleStatus.NO_VLLM_METRICS:
+        return f"no vLLM metric in the answer ({sample.skipped_lines} unparseable lines)"
+    if sample.status is SampleStatus.INCOMPLETE and sample.rejected_samples:
+        return f"no usable request counter ({sample.rejected_samples} NaN, negative or mistyped)"
+    return None
 
 
 # The lines the reader parses: vLLM's families in either spelling (`vllm:` or the escaped
@@ -229,6 +261,7 @@ class PrometheusSource:
         # result whose label sets then clash; a copy of the name in another label keeps them apart.
         named = f'label_replace({self.series_query}, "name_", "$1", "__name__", "(.+)")'
         self.timestamp_query = f"max by ({pod_label}) (timestamp({named}))"
+        self._warned_future = False
 
     def read(self) -> SourceRead:
         """Raw series as of now."""
@@ -248,7 +281,11 @@ class PrometheusSource:
         samples: list[PodSample] = []
         failures: list[PodFailure] = []
         for pod in sorted(by_pod):
-            pod_time_s = scraped_at.get(pod, time_s)
+            duplicated = _duplicated(by_pod[pod])
+            if duplicated is not None:
+                failures.append(PodFailure(pod, FailureReason.BAD_RESPONSE, duplicated))
+                continue
+            pod_time_s = self._scrape_time(scraped_at.get(pod, time_s), time_s)
             if time_s - pod_time_s > self._max_sample_age_s:
                 # Lookback returns a dead pod's last values for minutes; do not read them as live.
                 failures.append(
@@ -263,6 +300,47 @@ class PrometheusSource:
                 )
             )
         return SourceRead(time_s=time_s, samples=tuple(samples), failures=tuple(failures))
+
+    def _scrape_time(self, scraped_s: float, query_s: float) -> float:
+        """A scrape time after the query's (a clock ahead of the sizer's): the query's, since
+        no sample can postdate it, warned once per source."""
+        if scraped_s <= query_s:
+            return scraped_s
+        if scraped_s - query_s > FUTURE_TOLERANCE_S and not self._warned_future:
+            self._warned_future = True
+            logger.warning(
+                "prometheus: scrape timestamps %.0f s in the future of the query time (a clock "
+                "ahead of the sizer's?): read as taken at the query time",
+                scraped_s - query_s,
+            )
+        return query_s
+
+
+# Labels vLLM itself puts on its series: two series of one pod and name that agree on these
+# come from two scrapes of the pod (a second job, a second ServiceMonitor).
+_VLLM_LABELS = ("model_name", "engine", "finished_reason", "le")
+
+
+def _duplicated(series: Sequence[RawSeries]) -> str | None:
+    """Why a pod's series cannot be summed (two series for one metric), naming the labels they
+    differ in; None when every metric has one series."""
+    groups: dict[tuple[str, tuple[str, ...]], list[RawSeries]] = {}
+    for raw in series:
+        key = (raw.name, tuple(raw.labels.get(k, "") for k in _VLLM_LABELS))
+        groups.setdefault(key, []).append(raw)
+    for (name, _), same in sorted(groups.items()):
+        if len(same) > 1:
+            names = sorted({k for raw in same for k in raw.labels} - {"__name__"})
+            differ = [k for k in names if len({raw.labels.get(k) for raw in same}) > 1]
+            shown = ", ".join(
+                f"{k}=" + "/".join(sorted(repr(raw.labels.get(k, "")) for raw in same))
+                for k in differ
+            )
+            return (
+                f"{len(same)} series for {name} of one pod, differing in {shown}: narrow the "
+                "source's selector to one of them (a second scrape job?)"
+            )
+    return None
 
 
 def _latest_by_pod(stamps: Sequence[VectorSample], pod_label: str) -> Mapping[str, float]:

@@ -29,6 +29,7 @@ SHOWN_CHARS = 80  # of a value quoted in an error message
 # Problems listed by one ConfigError; beyond them, a count: a file of a thousand bad keys must
 # not print a thousand lines.
 MAX_PROBLEMS_SHOWN = 20
+TOP_LEVEL = "(top level)"  # the path of the document itself in a problem line
 
 # A value in a message is quoted at most this deep and wide, then cut to SHOWN_CHARS: a 1 MB
 # string or a structure with a million elements makes a short message, and quickly.
@@ -73,7 +74,7 @@ class KeyReader:
         return ConfigError(shown)
 
     def fail(self, path: str, message: str, value: Any) -> None:
-        self.problems.append(f"{path}: {message}, got {describe(value)}")
+        self.problems.append(f"{path or TOP_LEVEL}: {message}, got {describe(value)}")
 
     def mapping(self, node: Any, path: str, allowed: set[str]) -> Mapping[str, Any]:
         if node is None:

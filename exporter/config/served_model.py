@@ -65,16 +65,38 @@ _ARCHITECTURE_KEYS = {
 }  # fmt: skip
 
 
+MAX_PARAMETERS = 1e14  # 100 trillion
+MAX_LAYERS = 10_000
+MAX_WIDTH = 1 << 20  # hidden size, KV heads, head dimension
+MAX_KV_BYTES = 16.0  # bytes per cached element (fp32 is 4)
+
+
 def _architecture(r: KeyReader, node: Any, path: str) -> ArchitectureSpec | None:
     a = r.mapping(node, path, _ARCHITECTURE_KEYS)
-    layers = r.required(a, "num_layers", path, integer(1), "an integer >= 1")
-    hidden = r.required(a, "hidden_size", path, integer(1), "an integer >= 1")
-    params = r.required(a, "num_parameters", path, number(0.0), "a number > 0")
-    heads = r.get(a, "num_kv_heads", path, integer(1), "must be an integer >= 1", None)
-    head_dim = r.get(a, "head_dim", path, integer(1), "must be an integer >= 1", None)
-    kv_bytes = r.get(
-        a, "kv_cache_bytes", path, number(0.0), "must be a number > 0 (bytes per element)", 2.0
+    # Bounds well above any model served today: beyond them the physical prior's centre is
+    # no engine's (1e300 parameters put alpha at 1e288 ms).
+    layers = r.required(
+        a, "num_layers", path, integer(1, MAX_LAYERS), f"an integer from 1 to {MAX_LAYERS}"
     )
+    hidden = r.required(
+        a, "hidden_size", path, integer(1, MAX_WIDTH), f"an integer from 1 to {MAX_WIDTH}"
+    )
+    params = r.required(
+        a, "num_parameters", path, number(0.0, MAX_PARAMETERS),
+        f"a number > 0 and <= {MAX_PARAMETERS:g}",
+    )  # fmt: skip
+    heads = r.get(
+        a, "num_kv_heads", path, integer(1, MAX_WIDTH),
+        f"must be an integer from 1 to {MAX_WIDTH}", None,
+    )  # fmt: skip
+    head_dim = r.get(
+        a, "head_dim", path, integer(1, MAX_WIDTH), f"must be an integer from 1 to {MAX_WIDTH}",
+        None,
+    )  # fmt: skip
+    kv_bytes = r.get(
+        a, "kv_cache_bytes", path, number(0.0, MAX_KV_BYTES),
+        f"must be a number > 0 and <= {MAX_KV_BYTES:g} (bytes per element)", 2.0,
+    )  # fmt: skip
     if (heads is None) != (head_dim is None):
         r.fail(path, "must set num_kv_heads and head_dim together (the KV-cache shape)", dict(a))
         return None

@@ -409,7 +409,9 @@ class Daemon:
 
     def _restore(self) -> None:
         if self._statefile is not None:
-            restore_state(self._statefile.load(), self.runtimes, self._clock.time())
+            problems = restore_state(self._statefile.load(), self.runtimes, self._clock.time())
+            if problems:  # set aside, so the next start does not meet it again
+                self._statefile.set_aside("; ".join(problems)[:500])
 
 
 def _current_replicas(runtime: DeploymentRuntime) -> int | None:

@@ -15,6 +15,7 @@ from exporter.collector.demand import DemandSource, DemandWatch
 from exporter.collector.observations import DeploymentObservation, WindowTracker
 from exporter.collector.sources import Source
 from exporter.config.values import DeploymentConfig
+from exporter.daemon.state_bounds import out_of_bounds
 from exporter.sizing.attainment import SloWindow
 from exporter.sizing.recommender import Recommender, preempted, waiting_queue_grows
 from exporter.sizing.traffic import ModelInputs, TrafficTracker
@@ -158,19 +159,29 @@ def saved_state(runtimes: Mapping[str, DeploymentRuntime]) -> dict[str, Any]:
 
 def restore_state(
     saved: Mapping[str, Any], runtimes: Mapping[str, DeploymentRuntime], now_s: float
-) -> None:
+) -> list[str]:
     """Restore each deployment found in `saved` at time `now_s` (s, the daemon's clock); an
-    unusable entry is logged and skipped, whatever its shape."""
+    unusable entry is logged and skipped, whatever its shape. Returns why each skipped entry
+    was unusable (empty: all restored)."""
     entries = saved.get("deployments", {})
     if not isinstance(entries, Mapping):
         logger.error("saved state unusable (`deployments` is not a mapping), starting fresh")
-        return
+        return ["`deployments` is not a mapping"]
+    problems: list[str] = []
     for name, rt in runtimes.items():
         entry = entries.get(name)
         if entry is None:
             continue  # a deployment added since the save
         if not isinstance(entry, Mapping):
             logger.error("%s: saved state unusable (not a mapping), starting fresh", name)
+            problems.append(f"{name}: not a mapping")
+            continue
+        beyond = out_of_bounds(entry)
+        if beyond is not None:
+            logger.error(
+                "%s: saved state beyond the config's bounds, starting fresh: %s", name, beyond
+            )
+            problems.append(f"{name}: {beyond}")
             continue
         try:
             tuner = Tuner.from_dict(entry["tuner"])
@@ -181,12 +192,14 @@ def restore_state(
             # Any piece of the wrong shape or value; nothing is assigned before all of it parsed.
             # The message can quote a whole saved window: cut it.
             logger.error("%s: saved state unusable, starting fresh: %.200s", name, exc)
+            problems.append(f"{name}: {str(exc):.200}")
             continue
         rt.tuner = (
             tuner if _same_settings(tuner, rt.tuner) else new_tuner(rt.config, seed=tuner.params)
         )
         rt.workload = workload
         logger.info("%s: restored calibration %s", name, rt.params)
+    return problems
 
 
 def _same_settings(restored: Tuner, configured: Tuner) -> bool:

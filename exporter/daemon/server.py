@@ -5,13 +5,14 @@ Binds only to the configured address; no endpoint changes state. JSON uses secon
 
 The server must outlive whatever connects to it (the same port answers the kubelet's probes
 and Prometheus): a connection gets one thread and at most `timeout_s` to send its request, at
-most `max_connections` are served at once and the next ones are answered 503 at once, and every
-query parameter is bounded, so no client can use up the process's threads or files.
+most `max_connections` are served at once, and every query parameter is bounded, so no client
+can use up the process's threads or files. A connection over the limit waits for its request on
+one shared thread (exporter.daemon.http_triage): /healthz, /readyz and /metrics are then served
+on threads kept for them, anything else is answered 503.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
@@ -28,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from exporter.daemon.http_triage import Triage
 from exporter.sizing.what_if import MAX_PERCENTILE, MIN_PERCENTILE, WhatIf
 
 if TYPE_CHECKING:
@@ -164,6 +166,7 @@ class SizerHTTPServer:
         return int(self._httpd.server_address[1])
 
     def start(self) -> None:
+        self._httpd.triage.start()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="vllm-sizer-http", daemon=True
         )
@@ -178,17 +181,10 @@ class SizerHTTPServer:
 
 CONNECTION_THREAD = "vllm-sizer-http-connection"
 
-_BUSY_BODY = b"too many connections\n"
-_BUSY = (
-    b"HTTP/1.0 503 Service Unavailable\r\nServer: vllm-sizer\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
-    b"Content-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
-)
-
 
 class _BoundedServer(ThreadingHTTPServer):
-    """A thread per connection, at most `max_connections` of them; the accepting thread answers
-    the next ones 503 itself, without waiting on them."""
+    """A thread per connection, at most `max_connections` of them; the next ones go to the
+    triage, which serves the sizer's health and metrics on reserved threads."""
 
     daemon_threads = True  # a connection still open at shutdown does not hold up the exit
     request_queue_size = LISTEN_BACKLOG
@@ -200,29 +196,53 @@ class _BoundedServer(ThreadingHTTPServer):
         max_connections: int,
     ) -> None:
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._heads: dict[socket.socket, bytes] = {}  # read by the triage, for the handler
+        self._heads_lock = threading.Lock()
+        # Before the bind: a failed bind closes the server, triage included.
+        self.triage = Triage(self._serve_priority, max_pending=max_connections)
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            _answer_busy(request)
-            self.shutdown_request(request)
+            self.triage.add(request, client_address)
             return
+        self._start(request, client_address, self._slots.release)
+
+    def _serve_priority(self, request: socket.socket, client_address: Any, head: bytes) -> None:
+        with self._heads_lock:
+            self._heads[request] = head
+        self._start(request, client_address, self.triage.release)
+
+    def taken_head(self, request: socket.socket) -> bytes:
+        """What the triage already read of `request` (b"" for a connection served at once)."""
+        with self._heads_lock:
+            return self._heads.pop(request, b"")
+
+    def _start(self, request: Any, client_address: Any, release: Callable[[], None]) -> None:
         try:
             threading.Thread(
-                target=self.process_request_thread,
-                args=(request, client_address),
+                target=self._serve_then_release,
+                args=(request, client_address, release),
                 name=CONNECTION_THREAD,
                 daemon=True,
             ).start()
         except BaseException:
-            self._slots.release()
+            release()
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve_then_release(
+        self, request: Any, client_address: Any, release: Callable[[], None]
+    ) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            with self._heads_lock:
+                self._heads.pop(request, None)
+            release()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.triage.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Called inside the `except` of a failed connection: a client that went away is
@@ -235,30 +255,27 @@ class _BoundedServer(ThreadingHTTPServer):
             logger.exception("http: serving %s failed", client_address)
 
 
-def _answer_busy(sock: socket.socket) -> None:
-    """503 on a connection over the limit, never blocking: a fresh socket's send buffer takes
-    the few bytes. What the client already sent is read and dropped first, since closing a
-    socket with unread data resets the connection, which can discard the 503 unread."""
-    with contextlib.suppress(OSError):
-        sock.setblocking(False)
-        sock.sendall(_BUSY)
-        sock.recv(65536)
-
-
 class _DeadlineReader(io.RawIOBase):
     """A connection's bytes, each recv given only what is left of one deadline: a client that
     sends its request a byte at a time never trips a per-recv timeout, but cannot hold its
     connection (and thread) past the deadline."""
 
-    def __init__(self, sock: socket.socket, deadline_s: float) -> None:
+    def __init__(self, sock: socket.socket, deadline_s: float, head: bytes = b"") -> None:
         super().__init__()
         self._sock = sock
         self._deadline_s = deadline_s
+        self._head = memoryview(head)  # bytes already read from the socket, returned first
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: WriteableBuffer) -> int:
+        if self._head:
+            out = memoryview(buffer).cast("B")
+            n = min(len(out), len(self._head))
+            out[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
         left_s = self._deadline_s - time.monotonic()  # real time, as socket timeouts are
         if left_s <= 0:
             raise TimeoutError("request not received in time")
@@ -287,8 +304,9 @@ def _handler_class(
             # The request is read through the deadline; the plain reader is closed, else its
             # reference would keep the socket open after the connection ends.
             self.rfile.close()
+            head = self.server.taken_head(self.connection)  # type: ignore[attr-defined]
             self.rfile = io.BufferedReader(
-                _DeadlineReader(self.connection, time.monotonic() + timeout_s)
+                _DeadlineReader(self.connection, time.monotonic() + timeout_s, head)
             )
 
         def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)

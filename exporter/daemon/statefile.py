@@ -53,7 +53,7 @@ class StateFile:
             return {}
         problem, state = _parse(raw)
         if problem is not None:
-            self._set_aside(problem)
+            self.set_aside(problem)
         return state
 
     def check_writable(self) -> str | None:
@@ -70,7 +70,8 @@ class StateFile:
             return f"cannot write in {self.path.parent}: {exc.strerror or exc}"
         return None
 
-    def _set_aside(self, problem: str) -> None:
+    def set_aside(self, problem: str) -> None:
+        """Rename the file to `<name>.bad-<unix time>`, with one warning saying why."""
         aside = self.path.with_name(f"{self.path.name}.bad-{int(time.time())}")
         try:
             os.replace(self.path, aside)

@@ -258,8 +258,10 @@ class Recommender:
         dep = self._dep
         if obs is None or obs.status in _UNUSABLE:
             held = self.last.desired_replicas if self.last else None
-            reason = Reason.SOURCE_DOWN if obs is None else _UNUSABLE[obs.status]
-            return _decision(held, reason, current=None)
+            # Pods there, none of which answered: the source is down, not the deployment.
+            down = obs is None or obs.status is ObservationStatus.NO_PODS and obs.ready_pods > 0
+            reason = Reason.SOURCE_DOWN if down or obs is None else _UNUSABLE[obs.status]
+            return _decision(held, reason, current=obs.ready_pods if obs and down else None)
         current = obs.ready_pods
         if obs.status is ObservationStatus.WARMING_UP:
             # No window to size on (first read, after a blip, after a restart): keep what was

@@ -6,7 +6,7 @@ decision, which never goes below 1. The rules:
   pod (all of them read), and that for `idle_s` in a row (or already at 0);
 - back from 0 in the first cycle whose demand reads above 0 (the recommender sizes it);
 - a failed demand read is unknown demand: it restarts the idle count, never turns into a new
-  0, and at 0 keeps 0 (the current count).
+  0, and at 0 keeps 0 while no pod is busy (idle pods at 0 are KEDA's cooldown).
 State (whether 0 stands, since when the deployment is idle) is saved with the stabilization
 history, in wall-clock seconds, so a restart at 0 stays at 0.
 """
@@ -79,7 +79,9 @@ class ZeroGate:
         if demand is None or demand > 0 or busy:
             self.idle_since_s = None
         if demand is None:
-            return Verdict.HOLD_ZERO if self.at_zero and empty else Verdict.SERVE
+            # Idle pods at 0 are KEDA's cooldown, not demand: a 1 now would restart it.
+            keep = empty or pods is PodsState.IDLE
+            return Verdict.HOLD_ZERO if self.at_zero and keep else Verdict.SERVE
         if demand > 0 or busy:
             self.at_zero = False
             return Verdict.FROM_ZERO if empty else Verdict.SERVE

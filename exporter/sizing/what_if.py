@@ -24,6 +24,7 @@ S_PER_MS = 1e-3
 # Percentiles a query may ask for: the model's range (quantiles 0.01 to 0.999).
 MIN_PERCENTILE = 1.0
 MAX_PERCENTILE = 99.9
+MIN_MODEL_RATE_RPS = 1e-9  # a request in 30 years: at or below it, the latencies at rest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,15 +110,20 @@ def what_if(
     """The bias-corrected model at a total rate (req/s) on `replicas`, with the model's
     percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`."""
     per_replica = rate_rps / replicas
+    # Below MIN_MODEL_RATE_RPS the model's ratios of vanishing quantities lose every digit
+    # (1e-320 req/s gave a mean ITL of 8e20 s); the idle engine's latencies are exact there.
+    model_total, model_rate = (
+        (rate_rps, per_replica) if per_replica >= MIN_MODEL_RATE_RPS else (0.0, 0.0)
+    )
     inputs = inputs or ModelInputs(dep.model, dep.server)
     outlook = forecast(
-        dep, params, workload, bias, size_for_rps=rate_rps, per_replica_rps=per_replica,
+        dep, params, workload, bias, size_for_rps=model_total, per_replica_rps=model_rate,
         inputs=inputs,
     )  # fmt: skip
     asked = None
     if quantiles:
         asked = latency_quantiles(
-            params, inputs.server, workload, per_replica, quantiles, options=inputs.options
+            params, inputs.server, workload, model_rate, quantiles, options=inputs.options
         )
     return WhatIf(
         deployment=dep.name,

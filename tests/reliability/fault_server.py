@@ -85,6 +85,13 @@ class FaultServer:
                     if not chunk:
                         return
                     request += chunk
+                head, _, body = request.partition(b"\r\n\r\n")
+                length = _content_length(head)
+                while len(body) < length and not self._stop.is_set():  # a POST's form
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    body += chunk
                 self.requests += 1
                 if self.fault is Fault.SERVE:
                     body = self._bodies().encode()
@@ -118,3 +125,11 @@ class FaultServer:
             f"HTTP/1.1 {status} OK\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {length}\r\nConnection: close\r\n\r\n"
         ).encode()
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return int(value.strip())
+    return 0

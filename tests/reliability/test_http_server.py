@@ -146,23 +146,28 @@ def test_a_client_trickling_its_request_is_cut_off_by_the_deadline(stack: ExitSt
 def test_connections_over_the_limit_get_a_quick_503_and_threads_stay_bounded(
     stack: ExitStack,
 ) -> None:
-    """250 idle sockets (what exhausted a 256-file limit) hold at most 64 threads; the others,
-    and a probe among them, get a 503 at once; once they go, the probe gets its 200 again."""
+    """250 idle sockets (what exhausted a 256-file limit) hold at most 64 connection threads
+    and the triage's one; a what-if request among them gets a 503 at once, a health probe its
+    200; once they go, the what-if is served again."""
     before = threading.active_count()
     server = started(stack)
     idle = [idle_socket(stack, server.port) for _ in range(250)]
-    assert wait_until(lambda: threading.active_count() - before <= 64 + 1, 2.0), (
+    assert wait_until(lambda: threading.active_count() - before <= 64 + 2, 2.0), (
         threading.active_count() - before
     )
-    for _ in range(5):  # each probe has sent its request before the 503 arrives: none is reset
+    for _ in range(5):  # each request is sent before the 503 arrives: none is reset
         start = time.monotonic()
-        status, headers, body = request(server.port, "/healthz")
+        status, headers, body = request(server.port, "/api/v1/predict?deployment=x&rate=1")
         assert (status, body) == (503, b"too many connections\n")
         assert headers["server"] == "vllm-sizer"
         assert time.monotonic() - start < 1.0
+        assert request(server.port, "/healthz")[0] == 200
+        assert time.monotonic() - start < 1.0
     for sock in idle:
         sock.close()
-    assert wait_until(lambda: request(server.port, "/healthz")[0] == 200, 5.0)
+    assert wait_until(
+        lambda: request(server.port, "/api/v1/predict?deployment=x&rate=1")[0] == 404, 5.0
+    )
 
 
 def test_a_burst_of_connections_waits_in_the_listen_backlog(stack: ExitStack) -> None:

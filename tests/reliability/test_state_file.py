@@ -48,6 +48,9 @@ class GivenState:
     def load(self) -> dict[str, Any]:
         return self._state
 
+    def set_aside(self, problem: str) -> None:
+        self.problem = problem
+
 
 def start(statefile: Any) -> Daemon:
     config = Config(deployments=(DEPLOYMENT,))
@@ -210,3 +213,45 @@ def test_check_writable(tmp_path: Path) -> None:
         locked.mkdir(mode=0o500)
         reason = StateFile(locked / "state.json").check_writable()
         assert reason == f"cannot write in {locked}: Permission denied"
+
+
+def _poisoned(where: str, key: str, value: Any) -> dict[str, Any]:
+    state = good_state()
+    entry = state["deployments"]["llama"]
+    if where == "workload":
+        entry["workload"] = [value, 500.0]
+    elif where == "server":
+        entry["tuner"]["config"]["server"][key] = value
+    elif where == "config":
+        entry["tuner"]["config"][key] = value
+    else:
+        entry["tuner"][where] = [{**obs, key: value} for obs in entry["tuner"]["window"]]
+    return state
+
+
+POISONED = {
+    "window-B": ("window", "max_batch_size", 100_000_000),
+    "window-tokens": ("window", "avg_input_tokens", 1e12),
+    "curve-tokens": ("itl_curve", "avg_output_tokens", 1e12),
+    "workload-tokens": ("workload", "", 1e12),
+    "server-B": ("server", "max_batch_size", 100_000_000),
+    "server-queue": ("server", "max_queue_size", 10**9),
+    "window-size": ("config", "window_size", 10**9),
+}
+
+
+@pytest.mark.parametrize("poison", list(POISONED.values()), ids=list(POISONED))
+def test_a_state_beyond_the_config_bounds_is_not_restored_and_set_aside(
+    tmp_path: Path, poison: tuple[str, str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """ST1: windows with `max_batch_size: 100000000` or `avg_input_tokens: 1e12` were restored
+    (then every cycle a MemoryError at 1.7 GB, or a first cycle that never ended), and the file
+    stayed, so every restart repeated it."""
+    path = tmp_path / "state.json"
+    StateFile(path).save(_poisoned(*poison))
+    with caplog.at_level(logging.ERROR):
+        runtime = start(StateFile(path)).runtimes["llama"]
+    assert runtime.tuner.window == () and runtime.workload is None
+    assert runtime.tuner.params == LLAMA  # the configured seed
+    assert not path.exists() and len(list(tmp_path.glob("state.json.bad-*"))) == 1
+    assert any("bound" in r.getMessage() for r in caplog.records), caplog.text

@@ -83,7 +83,10 @@ def test_scrape_timeouts_run_concurrently(servers: list[MetricsServer]) -> None:
 def test_scrape_of_a_non_vllm_endpoint(servers: list[MetricsServer]) -> None:
     servers[0].body = lambda: "# TYPE up gauge\nup 1\n"
     result = ScrapeSource(clock=ManualClock(T0), urls=[servers[0].url]).read()
-    assert result.samples[0].status is SampleStatus.NO_VLLM_METRICS
+    # A failed pod, not a sample: its load is then kept by the missing-pod guard.
+    assert result.samples == ()
+    assert [f.reason for f in result.failures] == [FailureReason.PARSE]
+    assert "no vLLM metric" in result.failures[0].message
 
 
 @LOOPBACK

@@ -104,7 +104,8 @@ BAD_DEPLOYMENT = [
     ),
     (
         {"model": {"architecture": {**LLAMA_ARCH, "kv_cache_bytes": 0}}},
-        r"model.architecture.kv_cache_bytes: must be a number > 0 \(bytes per element\), got 0",
+        r"model.architecture.kv_cache_bytes: must be a number > 0 and <= 16 \(bytes per element\), "
+        "got 0",
     ),
     ({"accelerator": "H800"}, r"deployments\[0\].accelerator: must be one of H100, H200, A100"),
 ]

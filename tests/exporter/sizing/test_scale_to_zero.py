@@ -244,3 +244,16 @@ def test_without_scale_from_zero_nothing_changes() -> None:
     decisions = [run.step(serving(0.0, 1), 0.0) for _ in range(20)]
     assert {d.desired_replicas for d in decisions} == {1}
     assert "zero" not in run.rec.to_dict()
+
+
+@pytest.mark.parametrize("pods", [1, 2])
+def test_at_zero_with_idle_pods_still_there_a_failed_demand_read_keeps_zero(pods: int) -> None:
+    """Z1: KEDA's cooldown keeps the pods for minutes after 0; a demand query failing then (NaN,
+    empty, two series, 500, hang) turned 0 into 1 for that cycle and restarted the cooldown."""
+    run = Cycles(Recommender(zero_deployment()))
+    run.to_zero()
+    decisions = [run.step(serving(0.0, pods), demand) for demand in (None, 0.0, None, None, 0.0)]
+    assert [d.desired_replicas for d in decisions] == [0] * 5
+    assert decisions[0].reason is Reason.DEMAND_UNKNOWN
+    # Requests at the pods are demand, whatever the query says.
+    assert run.step(serving(0.5, pods), None).desired_replicas != 0
