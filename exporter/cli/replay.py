@@ -53,9 +53,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("replay", help="replay a trace under several autoscaling policies",
                        description=__doc__)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--trace", type=input_file, metavar="CSV",
-                        help="requests: arrival time, prompt tokens, output tokens per row "
-                             "(Azure's TIMESTAMP,ContextTokens,GeneratedTokens, or see --columns)")
+    source.add_argument("--trace", type=input_file, metavar="FILE",
+                        help="requests: arrival time, prompt tokens, output tokens per row; CSV "
+                             "(Azure's TIMESTAMP,ContextTokens,GeneratedTokens, or see --columns) "
+                             "or JSON Lines (timestamp ms, input_length, output_length), "
+                             "plain or gzip")
     source.add_argument("--rate-profile", type=input_file, metavar="CSV",
                         help="time,rate rows (req/s), arrivals drawn on it with the length laws")
     p.add_argument("--config", type=input_file, required=True,
@@ -74,6 +76,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="replay only [START, END) seconds after the trace's first row")
     p.add_argument("--rate-scale", type=number_flag(0.0, 1000.0, low_inclusive=False),
                    default=1.0, help="scale the request rate (2: if traffic doubled)")
+    p.add_argument("--spread", type=number_flag(0.0, 3600.0), default=0.0, metavar="S",
+                   help="spread each group of rows with one time over S seconds (a trace whose "
+                        "times are quantized, e.g. 3 for the shared conversation trace)")
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="skip and count malformed rows instead of stopping at the first")
     p.add_argument("--seed", type=int_flag(0), default=0, help="random seed of the replay")
@@ -252,7 +257,7 @@ def _replay(args: argparse.Namespace) -> int:
         settings = load_settings(args.config, args.deployment)
         truth = _truth(args, settings)
         window = args.window or (0.0, math.inf)
-        transform = Transform(args.speed, args.rate_scale, window[0], window[1])
+        transform = Transform(args.speed, args.rate_scale, window[0], window[1], args.spread)
         source, skipped = _arrivals(args, transform, np.random.default_rng(args.seed))
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
