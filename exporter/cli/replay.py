@@ -15,6 +15,7 @@ import math
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -33,10 +34,12 @@ from exporter.cli.fleet_options import (
 )
 from exporter.config.checks import UnusableConfigError
 from exporter.daemon.statefile import StateFile
-from exporter.replay.arrivals import ProfileArrivals, load_rate_profile
+from exporter.replay.arrivals import DrawnArrivals, ProfileArrivals, load_rate_profile
 from exporter.replay.engine import ArrivalSource, Step
+from exporter.replay.hindsight import fixed_best, scored
 from exporter.replay.policies import PolicyName
 from exporter.replay.report import json_safe, plot, table
+from exporter.replay.scaling import ScaleMode, independent_users
 from exporter.replay.session import ReplayResult, replay, result_json
 from exporter.replay.settings import ReplaySettings, load_settings
 from exporter.replay.trace import TraceColumns, TraceError, TraceReader, Transform
@@ -76,6 +79,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="replay only [START, END) seconds after the trace's first row")
     p.add_argument("--rate-scale", type=number_flag(0.0, 1000.0, low_inclusive=False),
                    default=1.0, help="scale the request rate (2: if traffic doubled)")
+    p.add_argument("--scale-mode", choices=[m.value for m in ScaleMode],
+                   default=ScaleMode.COPIES.value,
+                   help="copies: each request k times, as bursty as the trace; users: k "
+                        "time-shifted copies of the whole trace, smoother, as more independent "
+                        "users make it (reads the trace whole)")
+    p.add_argument("--no-fixed-best", action="store_true",
+                   help="skip the search for the cheapest fixed fleet meeting every target in "
+                        "97 %% of judged windows (it replays the arrivals once per N tried)")
     p.add_argument("--spread", type=number_flag(0.0, 3600.0), default=0.0, metavar="S",
                    help="spread each group of rows with one time over S seconds (a trace whose "
                         "times are quantized, e.g. 3 for the shared conversation trace)")
@@ -113,6 +124,8 @@ _PROFILE_ONLY = ("input_tokens", "output_tokens", "lengths", "length_cv", "inter
 def _check(args: argparse.Namespace) -> str | None:
     """The length laws and arrival CV draw a rate profile's requests: a trace has its own."""
     if args.trace is None:
+        if args.scale_mode != ScaleMode.COPIES.value:
+            return "argument --scale-mode: only with --trace (a rate profile's arrivals are drawn)"
         return None
     given = [name for name in _PROFILE_ONLY if getattr(args, name) != _DEFAULTS[name]]
     if given:
@@ -187,8 +200,17 @@ def _arrivals(args: argparse.Namespace, transform: Transform,
     """The arrival source and the bad rows skipped so far (a profile is read whole)."""
     if args.trace is not None:
         columns = None if args.columns is None else TraceColumns.parse(args.columns)
-        return TraceReader(args.trace, rng=rng, columns=columns, transform=transform,
-                           skip_bad_rows=args.skip_bad_rows), 0
+        users = args.scale_mode == ScaleMode.USERS.value
+        reader = TraceReader(args.trace, rng=rng, columns=columns,
+                             transform=replace(transform, rate_scale=1.0) if users else transform,
+                             skip_bad_rows=args.skip_bad_rows)
+        if not users:
+            return reader, 0
+        with reader:
+            whole = reader.until(math.inf)
+        span_s = float(whole.arrival_s[-1]) + 1e-6
+        scaled = independent_users(whole, transform.rate_scale, span_s, rng)
+        return DrawnArrivals(scaled, rows=reader.rows), reader.bad_rows
     names = None
     if args.columns is not None:
         parts = [x.strip() for x in args.columns.split(",")]
@@ -287,8 +309,14 @@ def _replay(args: argparse.Namespace) -> int:
     if progress is not None:
         progress.close()
     report = result_json(result, args.price_per_replica_hour)
+    if not (args.no_fixed_best or result.partial):
+        best = fixed_best(settings, truth,
+                          lambda: _arrivals(args, transform, np.random.default_rng(args.seed))[0])
+        report = scored(report, best, args.price_per_replica_hour)
     report["bad_rows_skipped"] = skipped + getattr(source, "bad_rows", 0)
     report["seed"] = args.seed
+    report["input"] = _input(args, getattr(source, "rows", None))
+    report["options"] = _options(args)
     print(table(report))
     if report["bad_rows_skipped"]:
         print(f"{report['bad_rows_skipped']} malformed rows skipped")
@@ -297,6 +325,35 @@ def _replay(args: argparse.Namespace) -> int:
         plot(report, args.out / "replay.png")
         print(f"wrote {args.out / 'replay.json'} and {args.out / 'replay.png'}")
     return INTERRUPTED if result.partial else 0
+
+
+def _input(args: argparse.Namespace, rows: int | None) -> dict[str, object]:
+    """What was replayed, for the report's header."""
+    return {
+        "trace": None if args.trace is None else str(args.trace),
+        "rate_profile": None if args.rate_profile is None else str(args.rate_profile),
+        "rows_read": rows,
+        "rate_scale": args.rate_scale,
+        "scale_mode": args.scale_mode if args.trace is not None else "profile rates",
+        "speed": args.speed,
+        "window_s": list(args.window) if args.window is not None else None,
+        "spread_s": args.spread,
+        "prefix_reuse": "ignored (every prompt computed in full)",
+    }
+
+
+def _options(args: argparse.Namespace) -> dict[str, object]:
+    """Every option as given or defaulted, JSON-safe."""
+    out: dict[str, object] = {}
+    for key, value in sorted(vars(args).items()):
+        if callable(value):
+            continue
+        if isinstance(value, tuple | list):
+            value = [str(v) for v in value]
+        elif isinstance(value, Path | ServiceParams):
+            value = str(value)
+        out[key] = value
+    return out
 
 
 class _StopOnSigint:
