@@ -56,17 +56,20 @@ def fixed_best(
     arrivals: Callable[[], ArrivalSource],
     *,
     stop: Callable[[], bool] = lambda: False,
+    start_at_n: bool = False,
 ) -> FixedBest:
     """Bisect N in [replicas.min, replicas.max]; `arrivals()` gives a fresh source each time
-    (the same requests every time)."""
+    (the same requests every time). Each fixed fleet starts from the settings' initial count,
+    or with `start_at_n` from its own N (a fleet already running when the trace begins)."""
     dep = settings.deployment
     low, high = max(1, dep.min_replicas), dep.max_replicas
     found = FixedBest(max_n=high)
     runs: dict[int, ReplayResult] = {}
 
     def share(n: int) -> float | None:
-        run = replay(replace(settings, fixed_replicas=n), truth, (PolicyName.FIXED,), arrivals(),
-                     stop=stop)
+        fleet = replace(settings, fixed_replicas=n,
+                        initial_replicas=n if start_at_n else settings.initial_replicas)
+        run = replay(fleet, truth, (PolicyName.FIXED,), arrivals(), stop=stop)
         runs[n] = run
         value = run.cards[PolicyName.FIXED.value].summary()["met_share"]
         found.tried[n] = value

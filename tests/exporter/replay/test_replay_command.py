@@ -180,3 +180,35 @@ def test_the_truth_from_a_state_file_or_a_fit(tmp_path: Path) -> None:
     fitted = fit(read_observations(points), ServerConfig(256, 8192)).params  # what `fit` says
     assert _report(tmp_path / "f")["truth_ms"] == fitted.to_dict()
     assert fitted.alpha_ms == pytest.approx(6.68, rel=0.05)  # near paper Table I's
+
+
+def test_report_echoes_its_input_and_prices_every_policy_against_the_fixed_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _replay(tmp_path, "--policy", "reactive,fixed", "--window", "0:300",
+                   "--rate-scale", "2", "--scale-mode", "users", search=True) == 0
+    report = _report(tmp_path)
+    given = report["input"]
+    assert given["trace"] == str(TRACE) and given["scale_mode"] == "users"
+    assert given["rate_scale"] == 2.0 and given["rows_read"] > 0
+    assert report["options"]["scale_mode"] == "users" and report["options"]["seed"] == 0
+    assert report["mean_input_tokens"] > 1 and report["mean_output_tokens"] > 1
+    best = report["fixed_best_n"]
+    assert best is not None and report["feasible"] and str(best) in report["tried"]
+    assert report["policies"]["fixed_best"]["replicas"] == best
+    assert report["policies"]["fixed_best"]["cost_ratio_vs_fixed_best"] == 1.0
+    fixed = report["policies"]["fixed"]
+    assert fixed["cost_ratio_vs_fixed_best"] == pytest.approx(
+        fixed["replica_hours"] / report["policies"]["fixed_best"]["replica_hours"])
+    out = capsys.readouterr().out
+    assert "rate x2 (users)" in out and "fixed fleet meeting every target" in out
+    assert "windows in hand-over" in out and "reversals of the count" in out
+
+
+def test_independent_users_need_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time,rate\n0,1\n60,1\n")
+    with pytest.raises(SystemExit):
+        main(["replay", "--rate-profile", str(profile), "--config", str(CONFIG),
+              "--scale-mode", "users"])
+    assert "--scale-mode: only with --trace" in capsys.readouterr().err
