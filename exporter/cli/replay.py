@@ -3,7 +3,7 @@
 The trace (or rate profile) is replayed on a simulated fleet whose parameters are the serving
 truth, once per policy on the same arrivals; the report gives each policy's replica-hours and
 how many windows met each target (exporter/replay/). Ctrl-C stops after the current window and
-reports what was replayed (exit status 130); a second Ctrl-C stops at once.
+reports what was replayed (exit status 130), as does SIGTERM; a second one stops at once.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -48,6 +49,7 @@ from model.simulation.workloads import LengthDist, LengthKind
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 PROGRESS_WIDTH = 30
+PROGRESS_EVERY_S = 30.0  # wall time between two progress lines when stderr is not a terminal
 MAX_SPEED = 1e6
 
 
@@ -114,7 +116,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    default=_DEFAULTS["interarrival_cv"],
                    help="rate profile: CV of the gaps between arrivals (1: Poisson)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="progress bar on stderr (auto: when stderr is a terminal)")
+                   help="progress on stderr (auto: a bar on a terminal, else a line every "
+                        f"{PROGRESS_EVERY_S:g} s; always: the bar)")
     p.set_defaults(func=run_replay, check=_check)
 
 
@@ -229,29 +232,47 @@ def _arrivals(args: argparse.Namespace, transform: Transform,
 
 
 class Progress:
-    """A one-line bar on a stream: simulated time done, wall time, and requests so far."""
+    """Simulated time done, wall time, and requests so far: a one-line bar redrawn every
+    window on a terminal, else a line every `every_s` of wall time (a log stays short)."""
 
-    def __init__(self, stream: TextIO, total_s: float | None) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        total_s: float | None,
+        *,
+        terminal: bool = True,
+        every_s: float = PROGRESS_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._stream = stream
         self._total_s = total_s
-        self._began = time.monotonic()
+        self._terminal = terminal
+        self._every_s = every_s
+        self._clock = clock
+        self._began = clock()
+        self._last = self._began
 
     def update(self, step: Step, result: ReplayResult) -> None:
         done_s = step.end_s
-        wall = time.monotonic() - self._began
+        now = self._clock()
+        if not self._terminal and now - self._last < self._every_s:
+            return
+        self._last = now
         if self._total_s:
             share = min(done_s / self._total_s, 1.0)
             filled = int(share * PROGRESS_WIDTH)
             bar = f"[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {100 * share:5.1f}% "
         else:
             bar = ""
-        self._stream.write(f"\r{bar}{done_s / 60:.1f} min replayed, {result.arrivals} requests, "
-                           f"{wall:.0f} s")
+        line = (f"{bar}{done_s / 60:.1f} min replayed, {result.arrivals} requests, "
+                f"{now - self._began:.0f} s")
+        self._stream.write(f"\r{line}" if self._terminal else f"replay: {line}\n")
         self._stream.flush()
 
     def close(self) -> None:
-        self._stream.write("\n")
-        self._stream.flush()
+        if self._terminal:
+            self._stream.write("\n")
+            self._stream.flush()
 
 
 def _total_s(args: argparse.Namespace, source: ArrivalSource) -> float | None:
@@ -290,9 +311,11 @@ def _replay(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, argparse.ArgumentTypeError) as exc:
         print(f"vllm-sizer replay: {exc}", file=sys.stderr)
         return 2
-    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    progress = Progress(sys.stderr, _total_s(args, source)) if show else None
-    stopping = _StopOnSigint()
+    terminal = sys.stderr.isatty()
+    show = args.progress == "always" or args.progress == "auto"
+    progress = Progress(sys.stderr, _total_s(args, source),
+                        terminal=terminal or args.progress == "always") if show else None
+    stopping = _StopOnSignal()
     try:
         result = replay(settings, truth, args.policy, source,
                         on_step=None if progress is None else progress.update,
@@ -356,21 +379,26 @@ def _options(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
-class _StopOnSigint:
-    """The first SIGINT asks the replay to stop after the current window; the second one
-    interrupts as usual."""
+class _StopOnSignal:
+    """The first SIGINT or SIGTERM asks the replay to stop after the current window (the
+    report then says it is partial); a second one stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self._asked = False
-        self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._asked = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("\nstopping after this window (Ctrl-C again to abort)", file=sys.stderr)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        print(f"\n{signal.Signals(signum).name}: stopping after this window (Ctrl-C again to "
+              "abort)", file=sys.stderr)
 
     def requested(self) -> bool:
         return self._asked
 
     def restore(self) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)

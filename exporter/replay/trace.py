@@ -57,6 +57,7 @@ KNOWN_COLUMNS = (AZURE_COLUMNS, SIMULATE_COLUMNS, JSONL_COLUMNS)
 MAX_TRACE_TOKENS = 1 << 24  # one request's prompt or output: beyond any context length
 MAX_FIELD_CHARS = 1024  # a cell longer than this is not a number or a date
 TAIL_BYTES = 4096  # enough for a last row
+MAX_SPAN_S = 366 * 86400.0  # a replay steps through every window: a longer one never ends
 
 
 class TraceError(ValueError):
@@ -317,6 +318,12 @@ class TraceReader:
                 continue
             if self._origin_s is None:
                 self._origin_s = raw_s
+            if raw_s - self._origin_s > MAX_SPAN_S:
+                raise TraceError(
+                    f"{self.path}: row {self.rows} (line {self._reader.line_num}) comes "
+                    f"{raw_s - self._origin_s:.3g} s after the first row, beyond the longest "
+                    f"replay ({MAX_SPAN_S / 86400:g} days): a time in another unit or a "
+                    "corrupt row?")
             self._last_since_s = raw_s - self._origin_s
             yield (raw_s - self._origin_s, prompt, output)
 

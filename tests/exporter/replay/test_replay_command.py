@@ -133,7 +133,10 @@ def _start(tmp_path: Path) -> subprocess.Popen[str]:
     )
 
 
-def test_progress_bar_and_ctrl_c_gives_a_partial_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_progress_bar_and_ctrl_c_or_sigterm_gives_a_partial_report(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     proc = _start(tmp_path)
     assert proc.stderr is not None
     seen = ""
@@ -141,7 +144,7 @@ def test_progress_bar_and_ctrl_c_gives_a_partial_report(tmp_path: Path) -> None:
     while "min replayed" not in seen and time.monotonic() < deadline:
         seen += proc.stderr.read(1)
     assert "[#" in seen or "[." in seen, seen  # a bar with its share done
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert out.startswith("partial replay:")
@@ -212,3 +215,23 @@ def test_independent_users_need_a_trace(tmp_path: Path, capsys: pytest.CaptureFi
         main(["replay", "--rate-profile", str(profile), "--config", str(CONFIG),
               "--scale-mode", "users"])
     assert "--scale-mode: only with --trace" in capsys.readouterr().err
+
+
+def test_progress_off_a_terminal_is_a_line_at_a_low_rate() -> None:
+    import io
+
+    from exporter.cli.replay import Progress
+
+    now = [0.0]
+    stream = io.StringIO()
+    progress = Progress(stream, 600.0, terminal=False, every_s=30.0, clock=lambda: now[0])
+    step = type("S", (), {"end_s": 0.0})()
+    result = type("R", (), {"arrivals": 0})()
+    for k in range(1, 121):  # two minutes of wall time, one window a second
+        now[0] = float(k)
+        step.end_s = 30.0 * k  # type: ignore[attr-defined]
+        progress.update(step, result)  # type: ignore[arg-type]
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4 and "\r" not in stream.getvalue()
+    assert lines[0].startswith("replay: [") and lines[-1].endswith("requests, 120 s")

@@ -116,3 +116,12 @@ def test_a_csv_cell_beyond_the_csv_modules_limit_is_a_trace_error(tmp_path: Path
     path.write_text("arrival_s,input_tokens,output_tokens\n0,1,1\n1,\"" + "9" * 140_000 + "\",1\n")
     with pytest.raises(TraceError, match="not a trace value"):
         _read(path)
+
+
+@pytest.mark.parametrize("gap", ["4e7", "1e300", "9999-01-01T00:00:00"])
+def test_a_span_beyond_a_year_is_refused_at_its_row(tmp_path: Path, gap: str) -> None:
+    first = "0" if "T" not in gap else "0001-01-01T00:00:00"
+    path = tmp_path / "far.csv"
+    path.write_text(f"arrival_s,input_tokens,output_tokens\n{first},5,5\n{gap},5,5\n")
+    with pytest.raises(TraceError, match=r"row 2 \(line 3\) comes .* beyond the longest replay"):
+        _read(path)
