@@ -34,7 +34,8 @@ def markdown(suite: dict[str, Any]) -> str:
         "",
         f"Run: commit `{suite['commit']}`, {suite['date']}, {m['cores']} cores, load average "
         f"{m['load_average_start'][0]:.2f} at start and {m['load_average_end'][0]:.2f} at end, "
-        f"{suite['wall_s']:.0f} s wall with {suite['jobs']} processes"
+        f"{suite['wall_s']:.0f} s wall with {suite['jobs']} processes ({suite['cpu_s']:.0f} s "
+        f"of CPU)"
         + (" (`--quick`: the first ten minutes of every trace)" if suite["quick"] else "") + ".",
         "",
         f"Truth: paper Table I, Llama-3.1-8B on H100 (alpha {truth['alpha_ms']:g} ms, beta "
