@@ -3,7 +3,7 @@
 The trace (or rate profile) is replayed on a simulated fleet whose parameters are the serving
 truth, once per policy on the same arrivals; the report gives each policy's replica-hours and
 how many windows met each target (exporter/replay/). Ctrl-C stops after the current window and
-reports what was replayed (exit status 130); a second Ctrl-C stops at once.
+reports what was replayed (exit status 130), as does SIGTERM; a second one stops at once.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -33,10 +35,12 @@ from exporter.cli.fleet_options import (
 )
 from exporter.config.checks import UnusableConfigError
 from exporter.daemon.statefile import StateFile
-from exporter.replay.arrivals import ProfileArrivals, load_rate_profile
+from exporter.replay.arrivals import DrawnArrivals, ProfileArrivals, load_rate_profile
 from exporter.replay.engine import ArrivalSource, Step
+from exporter.replay.hindsight import fixed_best, scored
 from exporter.replay.policies import PolicyName
 from exporter.replay.report import json_safe, plot, table
+from exporter.replay.scaling import ScaleMode, independent_users
 from exporter.replay.session import ReplayResult, replay, result_json
 from exporter.replay.settings import ReplaySettings, load_settings
 from exporter.replay.trace import TraceColumns, TraceError, TraceReader, Transform
@@ -45,6 +49,7 @@ from model.simulation.workloads import LengthDist, LengthKind
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 PROGRESS_WIDTH = 30
+PROGRESS_EVERY_S = 30.0  # wall time between two progress lines when stderr is not a terminal
 MAX_SPEED = 1e6
 
 
@@ -53,9 +58,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("replay", help="replay a trace under several autoscaling policies",
                        description=__doc__)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--trace", type=input_file, metavar="CSV",
-                        help="requests: arrival time, prompt tokens, output tokens per row "
-                             "(Azure's TIMESTAMP,ContextTokens,GeneratedTokens, or see --columns)")
+    source.add_argument("--trace", type=input_file, metavar="FILE",
+                        help="requests: arrival time, prompt tokens, output tokens per row; CSV "
+                             "(Azure's TIMESTAMP,ContextTokens,GeneratedTokens, or see --columns) "
+                             "or JSON Lines (timestamp ms, input_length, output_length), "
+                             "plain or gzip")
     source.add_argument("--rate-profile", type=input_file, metavar="CSV",
                         help="time,rate rows (req/s), arrivals drawn on it with the length laws")
     p.add_argument("--config", type=input_file, required=True,
@@ -74,6 +81,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="replay only [START, END) seconds after the trace's first row")
     p.add_argument("--rate-scale", type=number_flag(0.0, 1000.0, low_inclusive=False),
                    default=1.0, help="scale the request rate (2: if traffic doubled)")
+    p.add_argument("--scale-mode", choices=[m.value for m in ScaleMode],
+                   default=ScaleMode.COPIES.value,
+                   help="copies: each request k times, as bursty as the trace; users: k "
+                        "time-shifted copies of the whole trace, smoother, as more independent "
+                        "users make it (reads the trace whole)")
+    p.add_argument("--no-fixed-best", action="store_true",
+                   help="skip the search for the cheapest fixed fleet meeting every target in "
+                        "97 %% of judged windows (it replays the arrivals once per N tried)")
+    p.add_argument("--spread", type=number_flag(0.0, 3600.0), default=0.0, metavar="S",
+                   help="spread each group of rows with one time over S seconds (a trace whose "
+                        "times are quantized, e.g. 3 for the shared conversation trace)")
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="skip and count malformed rows instead of stopping at the first")
     p.add_argument("--seed", type=int_flag(0), default=0, help="random seed of the replay")
@@ -98,7 +116,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    default=_DEFAULTS["interarrival_cv"],
                    help="rate profile: CV of the gaps between arrivals (1: Poisson)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="progress bar on stderr (auto: when stderr is a terminal)")
+                   help="progress on stderr (auto: a bar on a terminal, else a line every "
+                        f"{PROGRESS_EVERY_S:g} s; always: the bar)")
     p.set_defaults(func=run_replay, check=_check)
 
 
@@ -108,6 +127,8 @@ _PROFILE_ONLY = ("input_tokens", "output_tokens", "lengths", "length_cv", "inter
 def _check(args: argparse.Namespace) -> str | None:
     """The length laws and arrival CV draw a rate profile's requests: a trace has its own."""
     if args.trace is None:
+        if args.scale_mode != ScaleMode.COPIES.value:
+            return "argument --scale-mode: only with --trace (a rate profile's arrivals are drawn)"
         return None
     given = [name for name in _PROFILE_ONLY if getattr(args, name) != _DEFAULTS[name]]
     if given:
@@ -182,8 +203,17 @@ def _arrivals(args: argparse.Namespace, transform: Transform,
     """The arrival source and the bad rows skipped so far (a profile is read whole)."""
     if args.trace is not None:
         columns = None if args.columns is None else TraceColumns.parse(args.columns)
-        return TraceReader(args.trace, rng=rng, columns=columns, transform=transform,
-                           skip_bad_rows=args.skip_bad_rows), 0
+        users = args.scale_mode == ScaleMode.USERS.value
+        reader = TraceReader(args.trace, rng=rng, columns=columns,
+                             transform=replace(transform, rate_scale=1.0) if users else transform,
+                             skip_bad_rows=args.skip_bad_rows)
+        if not users:
+            return reader, 0
+        with reader:
+            whole = reader.until(math.inf)
+        span_s = float(whole.arrival_s[-1]) + 1e-6
+        scaled = independent_users(whole, transform.rate_scale, span_s, rng)
+        return DrawnArrivals(scaled, rows=reader.rows), reader.bad_rows
     names = None
     if args.columns is not None:
         parts = [x.strip() for x in args.columns.split(",")]
@@ -202,29 +232,47 @@ def _arrivals(args: argparse.Namespace, transform: Transform,
 
 
 class Progress:
-    """A one-line bar on a stream: simulated time done, wall time, and requests so far."""
+    """Simulated time done, wall time, and requests so far: a one-line bar redrawn every
+    window on a terminal, else a line every `every_s` of wall time (a log stays short)."""
 
-    def __init__(self, stream: TextIO, total_s: float | None) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        total_s: float | None,
+        *,
+        terminal: bool = True,
+        every_s: float = PROGRESS_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._stream = stream
         self._total_s = total_s
-        self._began = time.monotonic()
+        self._terminal = terminal
+        self._every_s = every_s
+        self._clock = clock
+        self._began = clock()
+        self._last = self._began
 
     def update(self, step: Step, result: ReplayResult) -> None:
         done_s = step.end_s
-        wall = time.monotonic() - self._began
+        now = self._clock()
+        if not self._terminal and now - self._last < self._every_s:
+            return
+        self._last = now
         if self._total_s:
             share = min(done_s / self._total_s, 1.0)
             filled = int(share * PROGRESS_WIDTH)
             bar = f"[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {100 * share:5.1f}% "
         else:
             bar = ""
-        self._stream.write(f"\r{bar}{done_s / 60:.1f} min replayed, {result.arrivals} requests, "
-                           f"{wall:.0f} s")
+        line = (f"{bar}{done_s / 60:.1f} min replayed, {result.arrivals} requests, "
+                f"{now - self._began:.0f} s")
+        self._stream.write(f"\r{line}" if self._terminal else f"replay: {line}\n")
         self._stream.flush()
 
     def close(self) -> None:
-        self._stream.write("\n")
-        self._stream.flush()
+        if self._terminal:
+            self._stream.write("\n")
+            self._stream.flush()
 
 
 def _total_s(args: argparse.Namespace, source: ArrivalSource) -> float | None:
@@ -252,7 +300,7 @@ def _replay(args: argparse.Namespace) -> int:
         settings = load_settings(args.config, args.deployment)
         truth = _truth(args, settings)
         window = args.window or (0.0, math.inf)
-        transform = Transform(args.speed, args.rate_scale, window[0], window[1])
+        transform = Transform(args.speed, args.rate_scale, window[0], window[1], args.spread)
         source, skipped = _arrivals(args, transform, np.random.default_rng(args.seed))
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
@@ -263,9 +311,11 @@ def _replay(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, argparse.ArgumentTypeError) as exc:
         print(f"vllm-sizer replay: {exc}", file=sys.stderr)
         return 2
-    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    progress = Progress(sys.stderr, _total_s(args, source)) if show else None
-    stopping = _StopOnSigint()
+    terminal = sys.stderr.isatty()
+    show = args.progress == "always" or args.progress == "auto"
+    progress = Progress(sys.stderr, _total_s(args, source),
+                        terminal=terminal or args.progress == "always") if show else None
+    stopping = _StopOnSignal()
     try:
         result = replay(settings, truth, args.policy, source,
                         on_step=None if progress is None else progress.update,
@@ -282,8 +332,14 @@ def _replay(args: argparse.Namespace) -> int:
     if progress is not None:
         progress.close()
     report = result_json(result, args.price_per_replica_hour)
+    if not (args.no_fixed_best or result.partial):
+        best = fixed_best(settings, truth,
+                          lambda: _arrivals(args, transform, np.random.default_rng(args.seed))[0])
+        report = scored(report, best, args.price_per_replica_hour)
     report["bad_rows_skipped"] = skipped + getattr(source, "bad_rows", 0)
     report["seed"] = args.seed
+    report["input"] = _input(args, getattr(source, "rows", None))
+    report["options"] = _options(args)
     print(table(report))
     if report["bad_rows_skipped"]:
         print(f"{report['bad_rows_skipped']} malformed rows skipped")
@@ -294,21 +350,55 @@ def _replay(args: argparse.Namespace) -> int:
     return INTERRUPTED if result.partial else 0
 
 
-class _StopOnSigint:
-    """The first SIGINT asks the replay to stop after the current window; the second one
-    interrupts as usual."""
+def _input(args: argparse.Namespace, rows: int | None) -> dict[str, object]:
+    """What was replayed, for the report's header."""
+    return {
+        "trace": None if args.trace is None else str(args.trace),
+        "rate_profile": None if args.rate_profile is None else str(args.rate_profile),
+        "rows_read": rows,
+        "rate_scale": args.rate_scale,
+        "scale_mode": args.scale_mode if args.trace is not None else "profile rates",
+        "speed": args.speed,
+        "window_s": list(args.window) if args.window is not None else None,
+        "spread_s": args.spread,
+        "prefix_reuse": "ignored (every prompt computed in full)",
+    }
+
+
+def _options(args: argparse.Namespace) -> dict[str, object]:
+    """Every option as given or defaulted, JSON-safe."""
+    out: dict[str, object] = {}
+    for key, value in sorted(vars(args).items()):
+        if callable(value):
+            continue
+        if isinstance(value, tuple | list):
+            value = [str(v) for v in value]
+        elif isinstance(value, Path | ServiceParams):
+            value = str(value)
+        out[key] = value
+    return out
+
+
+class _StopOnSignal:
+    """The first SIGINT or SIGTERM asks the replay to stop after the current window (the
+    report then says it is partial); a second one stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self._asked = False
-        self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._asked = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("\nstopping after this window (Ctrl-C again to abort)", file=sys.stderr)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        print(f"\n{signal.Signals(signum).name}: stopping after this window (Ctrl-C again to "
+              "abort)", file=sys.stderr)
 
     def requested(self) -> bool:
         return self._asked
 
     def restore(self) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)

@@ -39,8 +39,13 @@ class DrawnArrivals:
     the window's middle when given (a known profile), else the arrivals over the window."""
 
     def __init__(
-        self, trace: RequestTrace, rate_at: Callable[[float], float] | None = None
+        self,
+        trace: RequestTrace,
+        rate_at: Callable[[float], float] | None = None,
+        *,
+        rows: int | None = None,
     ) -> None:
+        self.rows = rows  # the trace rows the requests were made from, when read from a file
         self._trace = trace
         self._rate_at = rate_at
         self._cursor = 0

@@ -151,6 +151,8 @@ class Step:
     offered_rps: float
     arrivals: int
     arms: tuple[ArmWindow, ...]
+    input_tokens: int = 0  # summed over the window's arrivals
+    output_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -204,7 +206,8 @@ class Engine:
                 run.sim.add_requests(chunk)
             offered = arrivals.offered_rps(start_s, end_s)
             done = tuple(self._window(run, start_s, end_s) for run in self._running)
-            yield Step(k, start_s, end_s, offered, len(chunk), done)
+            yield Step(k, start_s, end_s, offered, len(chunk), done,
+                       int(chunk.input_tokens.sum()), int(chunk.output_tokens.sum()))
             k += 1
             if windows is None and arrivals.exhausted:
                 return

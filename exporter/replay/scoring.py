@@ -8,6 +8,13 @@ attainment is. Percentiles come from log-spaced bins 1 % wide and are read at a 
 edge: never below the exact value, at most 1 % above. A window without the values a target
 needs (no first token, no gap) is not judged on it. Cost is the replicas asked for, per window:
 replica-hours = sum(replicas x window) / 3600, exact for a fixed count.
+
+Judged windows are the same for every policy: those starting at or after `judged_from_s` (the
+end of the first window plus the startup delay, when the first replica any policy asked for
+can serve; every policy starts from the same count). Earlier windows still cost and still feed
+the trailing percentiles. Besides the shares met, a card counts the windows by the reason of
+their recommendation, the reversals of the count asked for (an increase after a decrease or
+the other way), and the replica-hours on replicas asked for but not ready at the window's end.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ FloatArray = NDArray[np.float64]
 _LOW_MS = 1e-3
 _RATIO = 1.01
 _BINS = math.ceil(math.log(1e10) / math.log(_RATIO))  # 1 us to 10^7 ms
+HANDOVER = "handover"  # OursPolicy's reason while the reactive count is proposed
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,17 +173,23 @@ class Scorecard:
     scores: dict[str, TargetScore] = field(default_factory=dict)
     all_judged: int = 0  # windows judged on at least one target
     all_met: int = 0  # ... that met every target they were judged on
+    judged_from_s: float = 0.0
     replica_windows: int = 0
+    unready_replica_windows: int = 0
     windows: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    reversals: int = 0
+    _last_move: int = 0  # sign of the last change of the count asked for
     peak_queue: int = 0
     peak_replicas: int = 0
     series: dict[str, list[Any]] = field(default_factory=dict)
     _trailing: dict[LatencyMetric, Trailing] = field(default_factory=dict)
 
     @classmethod
-    def new(cls, slo: SloConfig, window_s: float) -> Scorecard:
+    def new(cls, slo: SloConfig, window_s: float, judged_from_s: float = 0.0) -> Scorecard:
         targets = targets_of(slo)
-        card = cls(targets, window_s, max(1, math.ceil(slo.window_s / window_s - 1e-9)))
+        card = cls(targets, window_s, max(1, math.ceil(slo.window_s / window_s - 1e-9)),
+                   judged_from_s=judged_from_s)
         card.scores = {t.key: TargetScore() for t in targets}
         card._trailing = {
             t.metric: Trailing(card.trailing_windows) for t in targets if t.quantile is not None
@@ -199,20 +213,31 @@ class Scorecard:
             "reason": window.proposal.reason,
             "peak_waiting": window.view.peak_waiting,
         }
+        judging = window.start_s >= self.judged_from_s - 1e-9
         verdicts = []
         for target in self.targets:
             if target.quantile is None:
                 value = truth.mean_ms(target)
             else:
                 value = self._trailing[target.metric].quantile_ms(target.quantile)
-            verdicts.append(self.scores[target.key].add(value, target.target_ms, window.end_s))
+            if judging:
+                verdicts.append(self.scores[target.key].add(value, target.target_ms,
+                                                            window.end_s))
             row[target.key] = value
+        row["judged"] = judging
         judged = [v for v in verdicts if v is not None]
         if judged:
             self.all_judged += 1
             self.all_met += all(judged)
         self.windows += 1
         self.replica_windows += window.provisioned
+        self.unready_replica_windows += max(0, window.provisioned - row["ready"])
+        reason = window.proposal.reason or "-"
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        move = (window.desired > window.provisioned) - (window.desired < window.provisioned)
+        if move:
+            self.reversals += move == -self._last_move
+            self._last_move = move
         self.peak_queue = max(self.peak_queue, window.view.peak_waiting)
         self.peak_replicas = max(self.peak_replicas, window.provisioned)
         for key, value in row.items():
@@ -232,7 +257,13 @@ class Scorecard:
             "mean_replicas": self.replica_windows / self.windows if self.windows else None,
             "peak_replicas": self.peak_replicas,
             "peak_queue": self.peak_queue,
+            "unready_replica_hours": self.unready_replica_windows * self.window_s / 3600.0,
+            "reversals": self.reversals,
+            "reason_share": {k: n / self.windows for k, n in sorted(self.reasons.items())},
+            "handover_share": self.reasons.get(HANDOVER, 0) / self.windows if self.windows
+            else None,
             "all_targets": _share(self.all_judged, self.all_met),
+            "met_share": _share(self.all_judged, self.all_met)["met_share"],
             "targets": {},
         }
         for target in self.targets:

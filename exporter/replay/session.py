@@ -34,6 +34,8 @@ class ReplayResult:
     partial: bool = False
     windows: int = 0
     arrivals: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
     offered_rps: list[float] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)
     final_params: dict[str, dict[str, float] | None] = field(default_factory=dict)
@@ -42,6 +44,11 @@ class ReplayResult:
     @property
     def duration_s(self) -> float:
         return self.windows * self.settings.window_s
+
+
+def judged_from_s(settings: ReplaySettings) -> float:
+    """The start of the first judged window: the first decision's replicas are serving."""
+    return settings.window_s + settings.startup_delay_s
 
 
 def fleet_settings(settings: ReplaySettings, truth: ServiceParams) -> FleetSettings:
@@ -75,8 +82,9 @@ def build_arm(settings: ReplaySettings, name: PolicyName) -> Arm:
             return Arm(ReactivePolicy(settings.reactive_metric, settings.reactive_threshold),
                        observer, hpa, settings.initial_replicas)
         case PolicyName.FIXED:
-            fixed = settings.fixed_replicas
-            return Arm(FixedPolicy(fixed), observer, ApplyAsIs(), fixed)
+            # From the same initial count as every other policy: its warm-up costs it too.
+            return Arm(FixedPolicy(settings.fixed_replicas), observer, ApplyAsIs(),
+                       settings.initial_replicas)
 
 
 def replay(
@@ -96,7 +104,8 @@ def replay(
     names = tuple(name.value for name in policies)
     result = ReplayResult(
         settings, truth, names,
-        {n: Scorecard.new(settings.deployment.slo, settings.window_s) for n in names},
+        {n: Scorecard.new(settings.deployment.slo, settings.window_s, judged_from_s(settings))
+         for n in names},
     )  # fmt: skip
     try:
         for step in engine.steps(arrivals):
@@ -104,6 +113,8 @@ def replay(
                 result.cards[window.arm].add(window)
             result.windows += 1
             result.arrivals += step.arrivals
+            result.input_tokens += step.input_tokens
+            result.output_tokens += step.output_tokens
             result.offered_rps.append(step.offered_rps)
             if on_step is not None:
                 on_step(step, result)
@@ -131,10 +142,16 @@ def result_json(result: ReplayResult, price: float | None) -> dict[str, Any]:
         "window_s": s.window_s,
         "duration_s": result.duration_s,
         "arrivals": result.arrivals,
+        "mean_input_tokens": result.input_tokens / result.arrivals if result.arrivals else None,
+        "mean_output_tokens": result.output_tokens / result.arrivals if result.arrivals
+        else None,
         "wall_s": result.wall_s,
         "truth_ms": result.truth.to_dict(),
         "deployment": s.deployment.name,
         "startup_delay_s": s.startup_delay_s,
+        "judged_from_s": judged_from_s(s),
+        "judged_windows": sum(1 for k in range(result.windows)
+                              if k * s.window_s >= judged_from_s(s) - 1e-9),
         "replicas": {"min": s.deployment.min_replicas, "max": s.deployment.max_replicas,
                      "initial": s.initial_replicas, "fixed": s.fixed_replicas},
         "price_per_replica_hour": price,

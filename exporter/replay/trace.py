@@ -1,30 +1,37 @@
-"""Arrivals for a replay: a request trace streamed from CSV, or a rate profile with length laws.
+"""Arrivals for a replay: a request trace streamed from CSV or JSON Lines (plain or gzip).
 
 Request trace: one row per request, with an arrival time, prompt tokens and output tokens in
 named columns. Known headers are found by themselves: the public Azure LLM inference trace
 (`TIMESTAMP,ContextTokens,GeneratedTokens`) and `simulate --trace`'s
-(`arrival_s,input_tokens,output_tokens`); any other names are given as `TraceColumns`. A time
-is seconds (any origin: unix time, or from the start) or an ISO 8601 date-time; the replay's
-t = 0 is the first row's time. Rows must come in arrival order. The file is read row by row as
-the replay advances, never whole.
+(`arrival_s,input_tokens,output_tokens`); JSON Lines in the shared trace's keys (`timestamp`
+in ms, `input_length`, `output_length`, exporter/replay/trace_formats.py); any other names are
+given as `TraceColumns`. A CSV time is seconds (any origin: unix time, or from the start) or an
+ISO 8601 date-time; the replay's t = 0 is the first row's time. Rows must come in arrival order.
+The file is read row by row as the replay advances, never whole. A trace without a good row, or
+a window holding none of its rows, is a `TraceError`.
 
 A malformed row (a missing or non-numeric value, tokens < 1, a time before the previous row's)
 stops the replay with a `TraceError` naming the row, the line and the column; with
 `skip_bad_rows` it is skipped and counted (`bad_rows`).
 
-Transforms, applied in this order: `window` keeps the arrivals in [start, end) seconds after
-the trace's first row; `speed` divides times by a factor (2: twice as fast, so twice the
-rate); `rate_scale` thins (< 1: each request kept with that probability) or multiplies (> 1:
-floor(k) copies of each request plus one more with probability frac(k); the added copies
-arrive uniformly between the request and the next one, keeping the trace's rate profile and
-its lengths). All randomness comes from the given generator: same seed, same arrivals.
+Transforms, applied in this order: `spread_s` spreads each group of rows with one time over the
+following `spread_s` seconds (uniformly, at most up to the next group's time): a trace whose
+times are quantized (the shared trace's 3 s) otherwise arrives in bursts it never had;
+`window` keeps the arrivals in [start, end) seconds after the trace's first row; `speed`
+divides times by a factor (2: twice as fast, so twice the rate); `rate_scale` thins (< 1: each
+request kept with that probability) or multiplies (> 1: floor(k) copies of each request plus
+one more with probability frac(k); the added copies arrive uniformly between the request and
+the next one, keeping the trace's rate profile, its lengths and its burstiness;
+exporter/replay/scaling.py scales like more independent users instead). All randomness comes
+from the given generator: same seed, same arrivals.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,18 +39,32 @@ from typing import TextIO
 
 import numpy as np
 
+from exporter.replay.trace_formats import (
+    JSONL_COLUMNS,
+    MS_PER_S,
+    READ_ERRORS,
+    CsvRows,
+    FormatError,
+    JsonRows,
+    open_trace,
+    read_failure,
+)
 from model.simulation.workloads import RequestTrace
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 SIMULATE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
-KNOWN_COLUMNS = (AZURE_COLUMNS, SIMULATE_COLUMNS)
+KNOWN_COLUMNS = (AZURE_COLUMNS, SIMULATE_COLUMNS, JSONL_COLUMNS)
 MAX_TRACE_TOKENS = 1 << 24  # one request's prompt or output: beyond any context length
 MAX_FIELD_CHARS = 1024  # a cell longer than this is not a number or a date
 TAIL_BYTES = 4096  # enough for a last row
+MAX_SPAN_S = 366 * 86400.0  # a replay steps through every window: a longer one never ends
 
 
 class TraceError(ValueError):
     """A trace that cannot be replayed; the message names the file, row and column."""
+
+
+Row = tuple[float, int, int]  # (s, prompt tokens, output tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +92,15 @@ class Transform:
     rate_scale: float = 1.0
     window_start_s: float = 0.0
     window_end_s: float = math.inf
+    spread_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("speed", "rate_scale"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"`{name}` must be a number > 0, got {value}")
+        if not (math.isfinite(self.spread_s) and self.spread_s >= 0):
+            raise ValueError(f"`spread_s` must be a number >= 0, got {self.spread_s}")
         if not (0 <= self.window_start_s < self.window_end_s):
             raise ValueError(
                 f"the window must satisfy 0 <= start < end, got {self.window_start_s}, "
@@ -126,30 +150,56 @@ class TraceReader:
         self._skip = skip_bad_rows
         self.bad_rows = 0
         self.rows = 0  # data rows read so far
-        self._fh: TextIO = path.open(newline="", encoding="utf-8", errors="replace")
-        self._reader = csv.reader(self._fh)
         try:
-            first = next(self._reader, None)
-            if first is None:
-                raise TraceError(f"{path}: empty file; expected a header row")
-            header = [h.strip().lstrip("\ufeff") for h in first]  # spreadsheets write a BOM
-            self.columns = columns or _known(header, path)
-            self._index = _column_indexes(header, self.columns, path)
+            opened = open_trace(path)
+        except FormatError as exc:
+            raise TraceError(str(exc)) from None
+        self._fh: TextIO = opened.stream
+        self.jsonl, self.gzipped = opened.jsonl, opened.gzipped
+        self._reader: CsvRows | JsonRows
+        try:
+            if self.jsonl:
+                self.columns = columns or TraceColumns(*JSONL_COLUMNS)
+                self._index: tuple[int, ...] = (0, 1, 2)
+                self._reader = JsonRows(self._fh, (self.columns.time, self.columns.prompt_tokens,
+                                                   self.columns.output_tokens))
+            else:
+                self._reader = CsvRows(self._fh)
+                first = next((r for r in self._reader if any(c.strip() for c in r)), None)
+                if first is None:
+                    raise TraceError(f"{path}: empty file: no header and no request rows to "
+                                     "replay")
+                header = [h.strip().lstrip("\ufeff") for h in first]  # spreadsheets write a BOM
+                self.columns = columns or _known(header, path)
+                self._index = _column_indexes(header, self.columns, path)
         except BaseException:
             self._fh.close()
             raise
         self._origin_s: float | None = None
         self._last_s = -math.inf
+        self._last_since_s = 0.0  # the last good row read, s after the first
         self._rows = self._parsed()
-        self._next: tuple[float, int, int] | None = None  # the first row not yet returned
-        self._held: list[tuple[float, int, int]] = []  # copies due after the last end
+        self._next: Row | None = None  # the first row not yet returned
+        self._held: list[Row] = []  # copies due after the last end
         self._ended = False
         self._last_count = 0
         try:
             self._advance()
+            if self._next is None:
+                raise self._nothing_to_replay()
         except TraceError:
             self._fh.close()
             raise
+
+    def _nothing_to_replay(self) -> TraceError:
+        t = self._transform
+        if self._origin_s is None:
+            bad = f" ({self.bad_rows} malformed rows skipped)" if self.bad_rows else ""
+            return TraceError(f"{self.path}: no request rows to replay{bad}")
+        return TraceError(
+            f"{self.path}: the window [{t.window_start_s:g}, {t.window_end_s:g}) s holds no row; "
+            f"the trace's rows read span 0-{self._last_since_s:g} s after its first"
+        )
 
     def close(self) -> None:
         self._fh.close()
@@ -163,16 +213,20 @@ class TraceReader:
     def span_s(self) -> float | None:
         """The replay's length from the first row's time to the last line's, after the window
         and speed (None when the last line is not a good row): for a progress bar."""
-        if self._origin_s is None:
+        if self._origin_s is None or self.gzipped:
             return None
         with self.path.open("rb") as fh:
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - TAIL_BYTES))
             lines = [x for x in fh.read().split(b"\n") if x.strip()]
         try:
-            cells = next(csv.reader([lines[-1].decode("utf-8", errors="replace")]))
-            last_s = parse_time(cells[self._index[0]]) - self._origin_s
-        except (IndexError, ValueError):
+            last = lines[-1].decode("utf-8", errors="replace")
+            if self.jsonl:
+                last_s = float(json.loads(last)[self.columns.time]) / MS_PER_S - self._origin_s
+            else:
+                cells = next(csv.reader([last]))
+                last_s = parse_time(cells[self._index[0]]) - self._origin_s
+        except (IndexError, ValueError, KeyError, TypeError):
             return None
         t = self._transform
         end_s = min(last_s, t.window_end_s)
@@ -203,9 +257,7 @@ class TraceReader:
             np.array([r[2] for r in rows], dtype=np.int64),
         )
 
-    def _copies(
-        self, row: tuple[float, int, int], following_s: float | None
-    ) -> Iterator[tuple[float, int, int]]:
+    def _copies(self, row: Row, following_s: float | None) -> Iterator[Row]:
         k = self._transform.rate_scale
         if k == 1.0:
             yield row
@@ -220,19 +272,44 @@ class TraceReader:
             yield (row[0] + float(offset), row[1], row[2])
 
     def _advance(self) -> None:
-        self._next = next(self._rows, None)
+        try:
+            self._next = next(self._rows, None)
+        except TraceError:
+            self._fh.close()  # the replay stops here: nothing more will be read
+            raise
         if self._next is None:
             self._ended = True
             self._fh.close()  # read to the end (or past the window): nothing more to read
 
-    def _parsed(self) -> Iterator[tuple[float, int, int]]:
+    def _parsed(self) -> Iterator[Row]:
         """(replay time s, prompt, output) of each good row inside the window, in order."""
         t = self._transform
-        for cells in self._reader:
-            if not cells or all(not c.strip() for c in cells):
+        rows = self._good() if t.spread_s == 0 else self._spread(self._good(), t.spread_s)
+        for since_s, prompt, output in rows:
+            if since_s < t.window_start_s:
+                continue
+            if since_s >= t.window_end_s:
+                self._ended = True
+                return
+            yield ((since_s - t.window_start_s) / t.speed, prompt, output)
+
+    def _good(self) -> Iterator[Row]:
+        """(s after the first row, prompt, output) of each good row."""
+        cells_of = iter(self._reader)
+        while True:
+            try:
+                cells = next(cells_of, ())
+            except READ_ERRORS as exc:
+                raise TraceError(str(read_failure(self.path, exc))) from None
+            if cells == ():
+                return
+            if cells is not None and (not cells or all(not c.strip() for c in cells)):
                 continue  # blank line
             self.rows += 1
             try:
+                if cells is None:
+                    raise TraceError(f"{self.path}: row {self.rows} (line "
+                                     f"{self._reader.line_num}): not a JSON object")
                 raw_s, prompt, output = self._row(cells)
             except TraceError:
                 if not self._skip:
@@ -241,17 +318,31 @@ class TraceReader:
                 continue
             if self._origin_s is None:
                 self._origin_s = raw_s
-            since_s = raw_s - self._origin_s
-            if since_s < t.window_start_s:
-                continue
-            if since_s >= t.window_end_s:
-                self._ended = True
-                return
-            yield ((since_s - t.window_start_s) / t.speed, prompt, output)
+            if raw_s - self._origin_s > MAX_SPAN_S:
+                raise TraceError(
+                    f"{self.path}: row {self.rows} (line {self._reader.line_num}) comes "
+                    f"{raw_s - self._origin_s:.3g} s after the first row, beyond the longest "
+                    f"replay ({MAX_SPAN_S / 86400:g} days): a time in another unit or a "
+                    "corrupt row?")
+            self._last_since_s = raw_s - self._origin_s
+            yield (raw_s - self._origin_s, prompt, output)
+
+    def _spread(self, rows: Iterable[Row], spread_s: float) -> Iterator[Row]:
+        group: list[Row] = []
+        for row in rows:
+            if group and row[0] != group[0][0]:
+                yield from self._spread_group(group, min(spread_s, row[0] - group[0][0]))
+                group = []
+            group.append(row)
+        if group:
+            yield from self._spread_group(group, spread_s)
+
+    def _spread_group(self, group: list[Row], span_s: float) -> list[Row]:
+        offsets = np.sort(self._rng.random(len(group))) * span_s
+        return [(r[0] + float(dt), r[1], r[2]) for r, dt in zip(group, offsets, strict=True)]
 
     def _row(self, cells: list[str]) -> tuple[float, int, int]:
-        line = self._reader.line_num
-        where = f"{self.path}: row {self.rows} (line {line})"
+        where = f"{self.path}: row {self.rows} (line {self._reader.line_num})"
         values = []
         names = (self.columns.time, self.columns.prompt_tokens, self.columns.output_tokens)
         for name, column in zip(names, self._index, strict=True):

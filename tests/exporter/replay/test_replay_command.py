@@ -28,9 +28,12 @@ CONFIG = DATA_DIR / "replay-sample.yaml"
 WINDOW_S = 30.0
 
 
-def _replay(out: Path, *extra: str, trace: Path = TRACE, config: Path = CONFIG) -> int:
+def _replay(out: Path, *extra: str, trace: Path = TRACE, config: Path = CONFIG,
+            search: bool = False) -> int:
+    """The command on the sample; the fixed-fleet search (a replay per N tried) only when
+    `search`."""
     return main(["replay", "--trace", str(trace), "--config", str(config), "--out", str(out),
-                 "--progress", "never", *extra])
+                 "--progress", "never", *([] if search else ["--no-fixed-best"]), *extra])
 
 
 def _report(out: Path) -> dict[str, Any]:
@@ -49,6 +52,7 @@ def test_same_trace_and_seed_give_the_same_report(tmp_path: Path) -> None:
     assert _replay(tmp_path / "b", "--seed", "3") == 0
     first, second = _report(tmp_path / "a"), _report(tmp_path / "b")
     first.pop("wall_s"), second.pop("wall_s")
+    assert first["options"].pop("out") != second["options"].pop("out")
     assert first == second
     assert list(first["policies"]) == ["ours", "throughput", "reactive", "fixed"]
     assert first["arrivals"] > 1000 and not first["partial"]
@@ -65,10 +69,11 @@ def test_fixed_replicas_cost_exactly_n_times_the_replayed_time(tmp_path: Path) -
     windows = math.floor(_span_s(TRACE) / WINDOW_S) + 1  # through the window of the last row
     assert report["windows"] == windows
     fixed = report["policies"]["fixed"]
-    assert fixed["replica_hours"] == 3 * windows * WINDOW_S / 3600.0
+    # From the initial count every policy starts at (1), then 3 from the first decision on.
+    assert fixed["replica_hours"] == (1 + 3 * (windows - 1)) * WINDOW_S / 3600.0
     assert fixed["cost"] == 2 * fixed["replica_hours"]
-    assert fixed["mean_replicas"] == 3 and fixed["peak_replicas"] == 3
-    assert set(report["series"]["fixed"]["provisioned"]) == {3}
+    assert fixed["peak_replicas"] == 3
+    assert report["series"]["fixed"]["provisioned"] == [1] + [3] * (windows - 1)
 
 
 def _with_bad_row(tmp_path: Path) -> Path:
@@ -128,7 +133,10 @@ def _start(tmp_path: Path) -> subprocess.Popen[str]:
     )
 
 
-def test_progress_bar_and_ctrl_c_gives_a_partial_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_progress_bar_and_ctrl_c_or_sigterm_gives_a_partial_report(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     proc = _start(tmp_path)
     assert proc.stderr is not None
     seen = ""
@@ -136,7 +144,7 @@ def test_progress_bar_and_ctrl_c_gives_a_partial_report(tmp_path: Path) -> None:
     while "min replayed" not in seen and time.monotonic() < deadline:
         seen += proc.stderr.read(1)
     assert "[#" in seen or "[." in seen, seen  # a bar with its share done
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert out.startswith("partial replay:")
@@ -175,3 +183,55 @@ def test_the_truth_from_a_state_file_or_a_fit(tmp_path: Path) -> None:
     fitted = fit(read_observations(points), ServerConfig(256, 8192)).params  # what `fit` says
     assert _report(tmp_path / "f")["truth_ms"] == fitted.to_dict()
     assert fitted.alpha_ms == pytest.approx(6.68, rel=0.05)  # near paper Table I's
+
+
+def test_report_echoes_its_input_and_prices_every_policy_against_the_fixed_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _replay(tmp_path, "--policy", "reactive,fixed", "--window", "0:300",
+                   "--rate-scale", "2", "--scale-mode", "users", search=True) == 0
+    report = _report(tmp_path)
+    given = report["input"]
+    assert given["trace"] == str(TRACE) and given["scale_mode"] == "users"
+    assert given["rate_scale"] == 2.0 and given["rows_read"] > 0
+    assert report["options"]["scale_mode"] == "users" and report["options"]["seed"] == 0
+    assert report["mean_input_tokens"] > 1 and report["mean_output_tokens"] > 1
+    best = report["fixed_best_n"]
+    assert best is not None and report["feasible"] and str(best) in report["tried"]
+    assert report["policies"]["fixed_best"]["replicas"] == best
+    assert report["policies"]["fixed_best"]["cost_ratio_vs_fixed_best"] == 1.0
+    fixed = report["policies"]["fixed"]
+    assert fixed["cost_ratio_vs_fixed_best"] == pytest.approx(
+        fixed["replica_hours"] / report["policies"]["fixed_best"]["replica_hours"])
+    out = capsys.readouterr().out
+    assert "rate x2 (users)" in out and "fixed fleet meeting every target" in out
+    assert "windows in hand-over" in out and "reversals of the count" in out
+
+
+def test_independent_users_need_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time,rate\n0,1\n60,1\n")
+    with pytest.raises(SystemExit):
+        main(["replay", "--rate-profile", str(profile), "--config", str(CONFIG),
+              "--scale-mode", "users"])
+    assert "--scale-mode: only with --trace" in capsys.readouterr().err
+
+
+def test_progress_off_a_terminal_is_a_line_at_a_low_rate() -> None:
+    import io
+
+    from exporter.cli.replay import Progress
+
+    now = [0.0]
+    stream = io.StringIO()
+    progress = Progress(stream, 600.0, terminal=False, every_s=30.0, clock=lambda: now[0])
+    step = type("S", (), {"end_s": 0.0})()
+    result = type("R", (), {"arrivals": 0})()
+    for k in range(1, 121):  # two minutes of wall time, one window a second
+        now[0] = float(k)
+        step.end_s = 30.0 * k  # type: ignore[attr-defined]
+        progress.update(step, result)  # type: ignore[arg-type]
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4 and "\r" not in stream.getvalue()
+    assert lines[0].startswith("replay: [") and lines[-1].endswith("requests, 120 s")
