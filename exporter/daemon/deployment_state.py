@@ -16,6 +16,7 @@ from exporter.collector.observations import DeploymentObservation, WindowTracker
 from exporter.collector.sources import Source
 from exporter.config.values import DeploymentConfig
 from exporter.sizing.attainment import SloWindow
+from exporter.sizing.handover import Handover, TrustedEstimate
 from exporter.sizing.recommender import Recommender, preempted, waiting_queue_grows
 from exporter.sizing.traffic import ModelInputs, TrafficTracker
 from model import Observation, ServiceParams, Workload
@@ -56,6 +57,7 @@ class DeploymentRuntime:
     # point's rate spans its window and a request lifetime before it.
     rates: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOWS))
     slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
+    trusted: TrustedEstimate = field(default_factory=TrustedEstimate)
 
     def __post_init__(self) -> None:
         self.slo_window = SloWindow(self.config.slo.window_s)
@@ -79,6 +81,13 @@ class DeploymentRuntime:
         per_pod = obs.arrival_rate_per_pod_rps
         if per_pod is not None and obs.window_s > 0:
             self.rates.append((per_pod, obs.window_s))
+
+    def handover(self) -> Handover | None:
+        """What the sizer counts on while the calibration is not trusted (None: it is)."""
+        tuner = self.tuner
+        if self.trusted.note(tuner.confidence(), tuner.params):
+            return None
+        return self.trusted.handover(tuner.initial, tuner.prior.centre)
 
     @property
     def params(self) -> ServiceParams | None:
