@@ -25,7 +25,7 @@ from exporter.daemon.daemon import Daemon
 from exporter.daemon.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
 from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.sizing.attainment import Bound
-from exporter.sizing.recommender import Reason
+from exporter.sizing.reasons import Reason
 from exporter.sizing.slo_targets import BindingTarget
 from exporter.sizing.traffic import LengthCvKind
 from model import ServerConfig, TunerReason, TunerState

@@ -30,6 +30,7 @@ from exporter.daemon.deployment_state import (
     new_tuner,
     restore_state,
     saved_state,
+    steady,
     tuner_observation,
 )
 from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
@@ -48,12 +49,12 @@ from model import Observation, TunerReason
 
 logger = logging.getLogger(__name__)
 
-# Windows whose arrival rate moved more than this fraction from the previous window are not
-# fed to the tuner: the model describes steady state, and latencies lag a load step.
+# A window reaches the tuner when the per-pod load its latencies were made at, over the window
+# and a request lifetime before it, is within this fraction of the window's own: latencies lag
+# a load step by about a lifetime, and within a lifetime of steady load they do not. Judged per
+# pod over the pods that served through the window, so pods coming or going (the others' share
+# moves) and bursts shorter than the window do not keep a changing fleet from calibrating.
 MAX_RATE_CHANGE = 0.25
-# Nor are windows in which a pod joined or left, or the next ones: the load moves between pods
-# and the old pods' batches drain for about a request's duration (long outputs: a minute).
-SETTLE_WINDOWS = 2
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
 READY_PERIODS = 3.0
@@ -225,6 +226,7 @@ class Daemon:
         decision = runtime.recommender.decide(
             now_s, obs, estimate.params, runtime.workload, estimate.bias, runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
+            handover=runtime.handover(),
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)
@@ -276,15 +278,12 @@ class Daemon:
     def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
         """Feed the window to the tuner as a per-replica point when it is one, else tell the
         tuner a cycle passed without one (`Tuner.idle`: a recovery must not wait for points)."""
-        previous, runtime.previous_rate_rps = runtime.previous_rate_rps, obs.arrival_rate_rps
-        if (point := self._point(runtime, obs, previous)) is None:
+        if (point := self._point(runtime, obs)) is None:
             runtime.tuner.idle()
         else:
             runtime.tuner.update(point)
 
-    def _point(
-        self, runtime: DeploymentRuntime, obs: DeploymentObservation, previous: float | None
-    ) -> Observation | None:
+    def _point(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> Observation | None:
         """The window as a tuner point, or None when it is not one to fit."""
         if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
             return None
@@ -292,14 +291,7 @@ class Daemon:
             return None
         if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
             return None
-        if obs.new_pods or obs.gone_pods:
-            runtime.unsettled = SETTLE_WINDOWS + 1  # this window and the next ones
-        settling = runtime.unsettled > 0
-        runtime.unsettled = max(runtime.unsettled - 1, 0)
-        moved = previous is not None and abs(obs.arrival_rate_rps - previous) > (
-            MAX_RATE_CHANGE * max(obs.arrival_rate_rps, previous)
-        )
-        if moved or settling:
+        if not steady(runtime.rates, obs, MAX_RATE_CHANGE):
             self.metrics.observation_problems.labels(
                 runtime.config.name, Problem.NON_STATIONARY
             ).inc()

@@ -17,6 +17,7 @@ from exporter.collector.sources import Source
 from exporter.config.values import DeploymentConfig
 from exporter.daemon.state_bounds import out_of_bounds
 from exporter.sizing.attainment import SloWindow
+from exporter.sizing.handover import Handover, TrustedEstimate
 from exporter.sizing.recommender import Recommender, preempted, waiting_queue_grows
 from exporter.sizing.traffic import ModelInputs, TrafficTracker
 from model import Observation, ServiceParams, Workload
@@ -41,14 +42,12 @@ class DeploymentRuntime:
     tracker: WindowTracker
     workload: Workload | None = None
     observation: DeploymentObservation | None = field(default=None)
-    previous_rate_rps: float | None = None
     pending_read: Future[Any] | None = None  # the source read in flight (reader thread)
     demand: DemandSource | None = None  # the demand query, with scale_from_zero
     demand_watch: DemandWatch | None = None  # with scale_from_zero
     demand_value: float | None = None  # the last cycle's demand (None: failed or not read)
     traffic: TrafficTracker = field(default_factory=TrafficTracker)
     inputs: ModelInputs | None = None  # what the model was last evaluated with
-    unsettled: int = 0  # windows still to skip after a pod joined or left (not for the tuner)
     # (input tokens, output tokens, completions) of recent windows: the shape sized for.
     shapes: deque[tuple[float, float, float]] = field(
         default_factory=lambda: deque(maxlen=SHAPE_WINDOWS)
@@ -57,6 +56,7 @@ class DeploymentRuntime:
     # point's rate spans its window and a request lifetime before it.
     rates: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOWS))
     slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
+    trusted: TrustedEstimate = field(default_factory=TrustedEstimate)
 
     def __post_init__(self) -> None:
         self.slo_window = SloWindow(self.config.slo.window_s)
@@ -80,6 +80,13 @@ class DeploymentRuntime:
         per_pod = obs.arrival_rate_per_pod_rps
         if per_pod is not None and obs.window_s > 0:
             self.rates.append((per_pod, obs.window_s))
+
+    def handover(self) -> Handover | None:
+        """What the sizer counts on while the calibration is not trusted (None: it is)."""
+        tuner = self.tuner
+        if self.trusted.note(tuner.confidence(), tuner.params):
+            return None
+        return self.trusted.handover(tuner.initial, tuner.prior.centre)
 
     @property
     def params(self) -> ServiceParams | None:
@@ -141,6 +148,21 @@ def tuner_observation(
         prefix_hit_ratio=obs.cached_prompt_ratio if "prefix_hit_ratio" in cvs else None,
         occupancy_rate_rps=held / life if held else None,
     )
+
+
+def steady(
+    recent_rates: Sequence[tuple[float, float]], obs: DeploymentObservation, max_change: float
+) -> bool:
+    """Whether the per-pod load over the window and a request lifetime before it (`recent_rates`:
+    (per-pod rate, window s), oldest first, ending with this window's) is within `max_change`
+    of the window's own: the load the window's latencies were made at is the window's."""
+    if not recent_rates or obs.ttft_ms is None or obs.itl_ms is None:
+        return False
+    if obs.avg_output_tokens is None:
+        return False
+    life = lifetime_s(obs.ttft_ms, obs.itl_ms, max(obs.avg_output_tokens, 1.0))
+    own, span = recent_rates[-1][0], batch_rate_rps(recent_rates, life)
+    return abs(span - own) <= max_change * max(span, own)
 
 
 def saved_state(runtimes: Mapping[str, DeploymentRuntime]) -> dict[str, Any]:

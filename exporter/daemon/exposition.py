@@ -24,7 +24,8 @@ from exporter.daemon.metric_names import LABELS as LABELS
 from exporter.daemon.metric_names import PREFIX as PREFIX
 from exporter.daemon.metric_names import S_PER_MS as S_PER_MS
 from exporter.sizing.attainment import ObservedAttainment
-from exporter.sizing.recommender import Decision, Reason
+from exporter.sizing.reasons import Reason
+from exporter.sizing.recommender import Decision
 from exporter.sizing.slo_targets import BindingTarget
 from exporter.sizing.traffic import LengthCvKind, TrafficShape
 from model import PercentileTarget, ServiceParams, TunerReason, TunerState

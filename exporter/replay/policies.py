@@ -4,8 +4,8 @@ the arm's scaler (exporter/replay/hpa.py) turns into a replica count.
 
 - `OursPolicy`: the daemon's own cycle (observe, tune, decide) on the configured deployment,
   starting from what the config gives (no parameters, or `initial_params` as a seed); its
-  proposal is `vllm_sizer_desired_replicas` (AverageValue 1), or, with a hand-over set, the
-  shipped KEDA query's reactive count while the calibration confidence is below 0.5.
+  proposal is `vllm_sizer_desired_replicas` (AverageValue 1), the hand-over count included
+  (exporter.sizing.handover), as the shipped KEDA and HPA queries read it.
 - `ThroughputPolicy`: the decode-throughput analyzer (paper §IX, llm-d WVA's defaults).
 - `ReactivePolicy`: KEDA on one vLLM gauge summed over the pods at the window's end (requests
   waiting, or KV-cache usage), AverageValue at a threshold per replica.
@@ -29,7 +29,6 @@ from exporter.daemon.deployment_state import DeploymentRuntime
 from exporter.replay.engine import Proposal
 from exporter.replay.perfect import WindowView
 from model.baselines.throughput_analyzer import ThroughputAnalyzer
-from model.calibration.trust import is_trusted
 from model.queueing.params import ServiceParams, Workload
 
 
@@ -82,13 +81,9 @@ class OursPolicy:
         window_s: float,
         *,
         name: str = PolicyName.OURS.value,
-        handover_requests: float = 0.0,
     ) -> None:
-        """`deployment` as configured (its source is replaced: the replay observes);
-        `handover_requests` > 0: below confidence 0.5 propose ceil(requests in flight / it),
-        at least 1, as the shipped KEDA query does (0: always the sizer's count)."""
+        """`deployment` as configured (its source is replaced: the replay observes)."""
         self.name = name
-        self._handover = handover_requests
         dep = replace(deployment, source=SourceConfig(scrape_urls=("http://replay",)))
         self._clock = ManualClock(0.0)
         self.daemon = Daemon(
@@ -106,19 +101,10 @@ class OursPolicy:
         self._feed.next = view.observation
         decision = self.daemon.run_cycle().deployments[0].decision
         desired = provisioned if decision.desired_replicas is None else decision.desired_replicas
-        tuner = self.runtime.tuner
-        in_flight = view.observation.requests_in_flight
-        trusted = is_trusted(tuner.confidence())
-        if self._handover > 0 and in_flight is not None and not trusted:
-            return Proposal(
-                value=max(1, math.ceil(in_flight / self._handover)),
-                reason="handover",
-                tuner_state=tuner.state.value,
-            )
         return Proposal(
             value=desired,
             reason=decision.reason.value,
-            tuner_state=tuner.state.value,
+            tuner_state=self.runtime.tuner.state.value,
             capacity_rps=decision.max_rate_per_replica_rps,
         )
 

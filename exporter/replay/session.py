@@ -71,8 +71,7 @@ def build_arm(settings: ReplaySettings, name: PolicyName) -> Arm:
     sizer_hpa = Hpa(settings.sizer_behavior, dep.min_replicas, dep.max_replicas)
     match name:
         case PolicyName.OURS:
-            policy = OursPolicy(dep, settings.window_s,
-                                handover_requests=settings.handover_requests)
+            policy = OursPolicy(dep, settings.window_s)
             return Arm(policy, observer, sizer_hpa, settings.initial_replicas)
         case PolicyName.THROUGHPUT:
             return Arm(ThroughputPolicy(settings.kv_capacity_tokens, dep.max_replicas), observer,

@@ -7,7 +7,6 @@ plus an optional top-level `replay:` section that `vllm-sizer run` does not read
       kv_capacity_tokens: 449200   # per replica
       initial_replicas: 1          # at the trace's start (default: replicas.min)
       fixed_replicas: 4            # the fixed policy's count (default: replicas.max)
-      handover_requests: 64        # the KEDA query's reactive count below confidence 0.5; 0: off
       reactive: {metric: waiting, threshold: 10}   # or kv_cache, e.g. 0.8
       hpa:                         # the HPA behaviour of each autoscaled policy
         sizer: {tolerance: 0, scale_down_stabilization_s: 0}     # ours and throughput
@@ -34,7 +33,6 @@ from exporter.testbed.emulator import DEFAULT_KV_CAPACITY_TOKENS
 from model.queueing.params import ServiceParams
 
 DEFAULT_STARTUP_DELAY_S = 90.0
-DEFAULT_HANDOVER_REQUESTS = 64.0  # the shipped ScaledObject's divisor
 DEFAULT_REACTIVE_THRESHOLD = {ReactiveMetric.WAITING: 10.0, ReactiveMetric.KV_CACHE: 0.8}
 MAX_STARTUP_DELAY_S = 3600.0
 MAX_KV_TOKENS = 10**9
@@ -59,7 +57,6 @@ class ReplaySettings:
     kv_capacity_tokens: int = DEFAULT_KV_CAPACITY_TOKENS
     initial_replicas: int = 1
     fixed_replicas: int = 1
-    handover_requests: float = DEFAULT_HANDOVER_REQUESTS
     reactive_metric: ReactiveMetric = ReactiveMetric.WAITING
     reactive_threshold: float = DEFAULT_REACTIVE_THRESHOLD[ReactiveMetric.WAITING]
     sizer_behavior: Behavior
@@ -99,8 +96,7 @@ def parse_replay(node: Any, dep: DeploymentConfig, window_s: float) -> ReplaySet
     r = KeyReader()
     path = "replay"
     m = r.mapping(node, path, {"truth", "startup_delay_s", "kv_capacity_tokens",
-                               "initial_replicas", "fixed_replicas", "handover_requests",
-                               "reactive", "hpa"})
+                               "initial_replicas", "fixed_replicas", "reactive", "hpa"})
     truth = initial_params(r, m.get("truth"), f"{path}.truth")
     delay = r.get(m, "startup_delay_s", path, number(0.0, MAX_STARTUP_DELAY_S, inclusive=True),
                   f"must be a number >= 0 and <= {MAX_STARTUP_DELAY_S:g} (seconds)",
@@ -112,9 +108,6 @@ def parse_replay(node: Any, dep: DeploymentConfig, window_s: float) -> ReplaySet
     initial = r.get(m, "initial_replicas", path, within, bounds, dep.min_replicas)
     fixed = r.get(m, "fixed_replicas", path, integer(1, MAX_REPLICAS),
                   f"must be an integer >= 1 and <= {MAX_REPLICAS}", dep.max_replicas)
-    handover = r.get(m, "handover_requests", path, number(0.0, inclusive=True),
-                     "must be a number >= 0 (requests per replica; 0: no hand-over)",
-                     DEFAULT_HANDOVER_REQUESTS)
     reactive = r.mapping(m.get("reactive"), f"{path}.reactive", {"metric", "threshold"})
     metrics = tuple(x.value for x in ReactiveMetric)
     metric = ReactiveMetric(r.get(reactive, "metric", f"{path}.reactive", choice(metrics),
@@ -132,7 +125,7 @@ def parse_replay(node: Any, dep: DeploymentConfig, window_s: float) -> ReplaySet
     return ReplaySettings(
         deployment=dep, window_s=window_s, truth=truth, startup_delay_s=delay,
         kv_capacity_tokens=kv, initial_replicas=initial, fixed_replicas=fixed,
-        handover_requests=handover, reactive_metric=metric, reactive_threshold=threshold,
+        reactive_metric=metric, reactive_threshold=threshold,
         sizer_behavior=sizer, reactive_behavior=reactive_hpa,
     )  # fmt: skip
 

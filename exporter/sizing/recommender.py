@@ -11,7 +11,6 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,8 @@ from exporter.collector.observations import DeploymentObservation, ObservationSt
 from exporter.collector.saturation import Saturation
 from exporter.config.values import DemandKind, DeploymentConfig
 from exporter.sizing.forecast import forecast
+from exporter.sizing.handover import Handover
+from exporter.sizing.reasons import REASON_MESSAGES, Reason
 from exporter.sizing.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
 from exporter.sizing.slo_targets import BindingTarget, PredictedPercentile, binding_target
 from exporter.sizing.traffic import ModelInputs
@@ -45,56 +46,6 @@ def preempted(obs: DeploymentObservation) -> bool:
     return Saturation.PREEMPTIONS in obs.saturation
 
 
-class Reason(StrEnum):
-    """Why the desired replica count is what it is; values are exported label values."""
-
-    AT_TARGET = "at_target"
-    SCALE_UP = "scale_up"
-    SCALE_DOWN = "scale_down"
-    STABILIZING = "scale_down_stabilizing"
-    QUEUE_GROWING = "queue_growing"
-    MAX_REPLICAS = "max_replicas"
-    SLO_INFEASIBLE = "slo_infeasible"
-    TUNER_WARMING = "tuner_warming"
-    NO_WORKLOAD = "no_workload_yet"
-    FIRST_WINDOW = "first_window"
-    SOURCE_DOWN = "source_down"
-    NO_PODS = "no_pods"
-    MODEL_NOT_FOUND = "model_not_found"
-    PODS_UNOBSERVED = "pods_unobserved"
-    IDLE = "idle"
-    SCALED_TO_ZERO = "scaled_to_zero"
-    DEMAND_FROM_ZERO = "demand_from_zero"
-    DEMAND_UNKNOWN = "demand_unknown"
-    TAIL_SHORTFALL = "slo_tail_shortfall"
-
-
-REASON_MESSAGES: dict[Reason, str] = {
-    Reason.TAIL_SHORTFALL: "observed attainment of a percentile target fell short of the "
-    "model's: sized with that target tightened by the shortfall",
-    Reason.AT_TARGET: "the current replicas meet the targets at the observed load",
-    Reason.SCALE_UP: "more replicas are needed to meet the targets at the observed load",
-    Reason.SCALE_DOWN: "fewer replicas meet the targets at the observed load",
-    Reason.STABILIZING: "fewer replicas would do, held by the scale-down stabilization window",
-    Reason.QUEUE_GROWING: "requests queue up faster than they complete: one replica more",
-    Reason.MAX_REPLICAS: "the targets need more replicas than replicas.max allows",
-    Reason.SLO_INFEASIBLE: "the targets cannot be met at any load: recommending replicas.max",
-    Reason.TUNER_WARMING: "no model parameters yet: holding the current replica count",
-    Reason.NO_WORKLOAD: "no request has completed yet: holding the current replica count",
-    Reason.FIRST_WINDOW: "first read of the pods: holding the current replica count",
-    Reason.SOURCE_DOWN: "the metrics source failed: holding the last recommendation",
-    Reason.NO_PODS: "no pod gave a usable sample: holding the last recommendation",
-    Reason.MODEL_NOT_FOUND: "no pod serves the configured model_name: holding the last "
-    "recommendation",
-    Reason.PODS_UNOBSERVED: "some pods could not be observed: their load is estimated from "
-    "the others, and the count is not lowered on a partial view",
-    Reason.IDLE: "no demand and no request at any pod: 0 replicas once scale_from_zero.idle_s "
-    "has passed",
-    Reason.SCALED_TO_ZERO: "no demand and no request for scale_from_zero.idle_s: 0 replicas",
-    Reason.DEMAND_FROM_ZERO: "demand at 0 replicas: sized from the demand and the kept "
-    "calibration (at least 1)",
-    Reason.DEMAND_UNKNOWN: "the demand query failed: 0 replicas stay 0 until it answers",
-}
 # Observation verdicts that carry no rates: what the decision says instead.
 _UNUSABLE = {
     ObservationStatus.NO_PODS: Reason.NO_PODS,
@@ -183,14 +134,20 @@ class Recommender:
         *,
         demand: float | None = None,
         shortfalls: Mapping[PercentileTarget, float] | None = None,
+        handover: Handover | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
         `inputs` the model's options and limits for the measured traffic; `demand` is the
         scale_from_zero query's value (None: not read); `shortfalls` tighten percentile targets
-        the observations say the model over-promises."""
-        self._shortfalls = dict(shortfalls or {})
-        decision = self._decide(now_s, observation, params, workload, bias, inputs)
+        the observations say the model over-promises; `handover` (the calibration is not
+        trusted) replaces `params`, and neither bias nor shortfalls apply to its parameters."""
+        self._shortfalls = {} if handover is not None else dict(shortfalls or {})
+        if handover is not None:
+            params, bias = handover.params, None
+        decision = self._decide(
+            now_s, observation, params, workload, bias, inputs, handover=handover is not None
+        )
         if self._gate is not None:
             pods = pods_state(observation)
             verdict = self._gate.judge(now_s, pods, demand)
@@ -254,6 +211,8 @@ class Recommender:
         workload: Workload | None,
         bias: ModelBias | tuple[float, float] | None,
         inputs: ModelInputs | None,
+        *,
+        handover: bool = False,
     ) -> Decision:
         dep = self._dep
         if obs is None or obs.status in _UNUSABLE:
@@ -296,6 +255,11 @@ class Recommender:
             "binding_target": binding_target(plan.capacity),
             "predicted_percentiles": outlook.percentiles,
         }
+        if plan.replicas is None and handover:
+            # The targets are out of the prior's reach, not necessarily of the fleet's: hold
+            # (one more while the queue grows) rather than ask for replicas.max on a guess.
+            wanted = current + 1 if waiting_queue_grows(obs) else current
+            return self._stabilized(now_s, wanted, None, Reason.HANDOVER, current, rate, **extra)
         if plan.replicas is None:
             return self._stabilized(
                 now_s, dep.max_replicas, None, Reason.SLO_INFEASIBLE, current, rate, **extra
@@ -312,6 +276,8 @@ class Recommender:
         held = self._held(now_s)
         if obs.unobserved_pods and held is not None and wanted < held:
             wanted, override = held, Reason.PODS_UNOBSERVED
+        if handover:
+            override = Reason.HANDOVER
         return self._stabilized(now_s, wanted, plan.replicas, override, current, rate, **extra)
 
     def _held(self, now_s: float) -> int | None:

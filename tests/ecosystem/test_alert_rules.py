@@ -53,6 +53,7 @@ EXPECTED_ALERTS = {
     "VllmSizerSloInfeasible": ("15m", "slo_infeasible for 15 minutes"),
     "VllmSizerAtMaxReplicas": ("15m", "max_replicas for 15 minutes"),
     "VllmSizerTunerHolding": ("30m", "holding for 30 minutes"),
+    "VllmSizerNotCalibrated": ("15m", "warming, for 15 minutes"),
     "VllmSizerPredictionOff": ("10m", "more than 1.5x the finite predicted"),
     "VllmSizerScaleUpNotHappening": ("10m", "above the ready replicas the sizer sees for 10"),
 }

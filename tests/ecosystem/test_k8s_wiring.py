@@ -131,11 +131,9 @@ def test_average_value_gives_the_desired_count_whatever_the_current(current, des
 
 
 def test_trigger_query_is_max_of_the_desired_gauge_for_this_deployment() -> None:
-    whole = promql_parser.parse(trigger()["metadata"]["query"])
-    # The sizer's count `or on()` the reactive one (no scalingModifiers: one query).
-    assert isinstance(whole, promql_parser.BinaryExpr) and str(whole.op) == "or"
-    assert whole.modifier is not None and list(whole.modifier.matching.labels) == []
-    expr = whole.lhs
+    # The whole query is the max of the sizer's gauge: its hand-over count included, no
+    # arithmetic of its own.
+    expr = promql_parser.parse(trigger()["metadata"]["query"])
     assert isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "max"
     # Sidecar mode has one copy per pod: summing them would multiply the recommendation.
     assert "sum" not in aggregations(expr)
@@ -228,9 +226,7 @@ def test_adapter_rule_serves_the_hpa_metric_and_folds_copies_with_max() -> None:
     query = render_adapter_template(
         rule["metricsQuery"], DESIRED, f'namespace="inference",deployment="{SCALED}"'
     )
-    whole = promql_parser.parse(query)
-    assert isinstance(whole, promql_parser.BinaryExpr) and str(whole.op) == "or"
-    expr = whole.lhs
+    expr = promql_parser.parse(query)
     # The HPA sums every series it gets; one per deployment, folded with max.
     assert isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "max"
     assert list(expr.modifier.labels) == ["deployment"]

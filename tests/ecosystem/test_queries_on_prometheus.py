@@ -3,8 +3,9 @@
 Four stubs export every series of the daemon for one deployment the way sidecar mode does:
 three live copies recommending 5 replicas at calibration confidence 0.9 and one frozen copy
 (last successful cycle 10 minutes ago) still exporting 9. A second deployment has only frozen
-copies (one of them at low confidence). A third has two live copies whose confidence is 0.3,
-and two vLLM pods holding 100 + 30 and 60 + 10 running + waiting requests. Prometheus (Debian's
+copies (one of them at low confidence). A third has two live copies whose confidence is 0.3
+(their gauge is then the sizer's hand-over count, 7), and two vLLM pods holding 100 + 30 and
+60 + 10 running + waiting requests, which the queries must not read. Prometheus (Debian's
 package, on loopback) scrapes them twice a second; the tests query its HTTP API with the exact
 strings from the manifests and the dashboard.
 """
@@ -37,8 +38,8 @@ FROZEN_DESIRED = 9
 LIVE_COPIES = 3
 FROZEN_DEPLOYMENT = "frozen-vllm"
 UNSURE_DEPLOYMENT = "unsure-vllm"  # a live sizer whose calibration it does not trust
+UNSURE_DESIRED = 7  # its hand-over count
 UNSURE_PODS = ((100.0, 30.0), (60.0, 10.0))  # running, waiting
-REACTIVE_PER_POD = 64  # requests per replica in the shipped reactive branch
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def stubs() -> Iterator[list[StubSizer]]:
     low.per_deployment["calibration_confidence"] = 0.2
     made.append(StubSizer(low))
     for _ in range(2):
-        unsure = SizerValues(deployment=UNSURE_DEPLOYMENT, desired_replicas=7)
+        unsure = SizerValues(deployment=UNSURE_DEPLOYMENT, desired_replicas=UNSURE_DESIRED)
         unsure.per_deployment["calibration_confidence"] = 0.3
         made.append(StubSizer(unsure))
     yield made
@@ -171,19 +172,24 @@ def adapter_query(deployment: str) -> str:
     )
 
 
-def test_low_confidence_hands_over_to_the_running_and_waiting_requests(prometheus) -> None:
-    reactive = math.ceil(sum(r + w for r, w in UNSURE_PODS) / REACTIVE_PER_POD)
-    assert reactive == 4  # not the unsure sizer's own 7
+def test_low_confidence_serves_the_sizers_own_hand_over_count(prometheus) -> None:
+    # What an in-flight rule would have made of the pods: ceil(200 / 64), not the sizer's count.
+    assert math.ceil(sum(r + w for r, w in UNSURE_PODS) / 64) != UNSURE_DESIRED
     for query in (
         for_deployment(trigger_query(), UNSURE_DEPLOYMENT),
         adapter_query(UNSURE_DEPLOYMENT),
     ):
         (sample,) = instant(prometheus, query)
-        assert float(sample["value"][1]) == reactive, query
+        assert float(sample["value"][1]) == UNSURE_DESIRED, query
     # The adapter's series carries the deployment the HPA selects on.
     assert instant(prometheus, adapter_query(UNSURE_DEPLOYMENT))[0]["metric"] == {
         "deployment": UNSURE_DEPLOYMENT
     }
+
+
+def test_shipped_queries_read_only_the_sizers_series() -> None:
+    for query in (trigger_query(), adapter_query("llama-8b-vllm")):
+        assert "vllm:" not in query and "calibration_confidence" not in query, query
 
 
 def test_high_confidence_keeps_the_sizers_count_and_frozen_stays_empty(prometheus) -> None:
@@ -235,6 +241,7 @@ def test_the_stub_serves_every_exported_series() -> None:
 
 @pytest.mark.parametrize("spec", ENUM_GAUGES, ids=lambda spec: spec.name)
 def test_enum_panels_show_only_the_current_value(prometheus, spec) -> None:
-    (query,) = [q for q in panel_queries() if PREFIX + spec.name in q.expr]
+    # The enum's own panel (`== 1`); others may read one of its values (the hand-over's).
+    (query,) = [q for q in panel_queries() if PREFIX + spec.name in q.expr and "== 1" in q.expr]
     result = instant(prometheus, query.expr)
     assert [r["metric"] for r in result] == [{spec.label: SizerValues().enums[spec.name]}]

@@ -42,7 +42,7 @@ from exporter.config.values import (
 from exporter.daemon.daemon import Daemon
 from exporter.daemon.exposition import DeploymentStatus
 from exporter.daemon.statefile import StateFile
-from exporter.sizing.recommender import Reason
+from exporter.sizing.reasons import Reason
 from exporter.testbed.emulator import EmulatedFleet
 from model import ServerConfig, ServiceParams, Workload, replicas_for_slo
 from model.simulation.workloads import LengthDist, LengthKind

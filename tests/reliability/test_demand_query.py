@@ -26,7 +26,7 @@ from exporter.config.values import (
     SourceConfig,
 )
 from exporter.daemon.daemon import Daemon
-from exporter.sizing.recommender import Reason
+from exporter.sizing.reasons import Reason
 from model import ServerConfig, ServiceParams
 from tests.reliability.fault_server import Fault, FaultServer
 

@@ -23,7 +23,7 @@ from exporter.collector.vllm_metrics import parse_exposition
 from exporter.config.values import MIB, Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon.daemon import Daemon
 from exporter.daemon.statefile import StateFile
-from exporter.sizing.recommender import Reason
+from exporter.sizing.reasons import Reason
 from model import ServerConfig, ServiceParams
 from tests.fixtures.memory import peak_traced_mib
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment

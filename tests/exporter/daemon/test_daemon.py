@@ -286,10 +286,9 @@ def test_a_source_with_history_gives_a_window_on_the_first_cycle(fleet) -> None:
 
 def test_a_recovery_from_a_change_ends_while_pods_churn(fleet) -> None:  # type: ignore[no-untyped-def]
     # A detected change lowers the confidence until the tuner has seen `min_observations`
-    # cycles since. Windows in which pods come or go feed the tuner no point; when the
-    # recovery counted points alone, a hand-over that churned pods every window (the
-    # reactive count in replay_trace) kept the confidence low forever. Fails without
-    # `Tuner.idle`: since_change stays where the change left it.
+    # cycles since. Windows in which pods come or go feed the tuner the pods that served
+    # through them; a hand-over that churned pods every window (the in-flight count once
+    # did) must not keep the confidence low.
     emulated, clock = fleet
     daemon = Daemon(config(), {"llama": FleetSource(emulated)}, CollectorRegistry(),
                     emulated.sim_clock)  # fmt: skip
@@ -304,10 +303,13 @@ def test_a_recovery_from_a_change_ends_while_pods_churn(fleet) -> None:  # type:
     assert tuner.to_dict()["since_change"] is not None
     settle, fits = config().deployments[0].tuner.min_observations, tuner.fit_count
     low = tuner.confidence()
-    assert low < 0.5  # the hand-over to the reactive count
-    for k in range(settle):
+    assert low < 0.5  # the hand-over
+    # The real points differ from the slowed ones, so the tuner sees a change back, and
+    # recovers from that one too with pods coming and going every window.
+    seen = []
+    for k in range(3 * settle):
         emulated.set_replicas(3 if k % 2 == 0 else 2)
         cycles(daemon, emulated, clock, 1)
-    assert tuner.fit_count == fits  # no window was steady enough to fit
-    assert tuner.to_dict()["since_change"] >= settle
-    assert tuner.confidence() >= 0.5
+        seen.append(round(tuner.confidence(), 2))
+    assert tuner.fit_count > fits  # the churned windows still reach the tuner
+    assert min(seen[-settle:]) >= 0.5, seen

@@ -21,10 +21,10 @@ from exporter.daemon.exposition import (
     SnapshotCollector,
 )
 from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
+from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import (
     MAX_HEADROOM_RATIO,
     Decision,
-    Reason,
     saturated,
     slo_headroom_ratio,
 )

@@ -41,24 +41,22 @@ def test_fixed_policy_ignores_the_window() -> None:
     assert FixedPolicy(4).decide(_view(), 1.0, 1).value == 4
 
 
-def _ours(handover: float) -> OursPolicy:
+def _ours() -> OursPolicy:
     dep = DeploymentConfig(name="sim", model_name="m", source=SourceConfig(scrape_urls=("http://x",)),
                            server=ServerConfig(256, 8192), slo=SloConfig(ttft_ms=50.0, itl_ms=20.0))
-    return OursPolicy(dep, 1.0, handover_requests=handover)
+    return OursPolicy(dep, 1.0)
 
 
-def test_ours_hands_over_to_the_reactive_count_while_uncalibrated() -> None:
+def test_ours_proposes_the_daemons_hand_over_count_while_uncalibrated() -> None:
     view = _view()
+    # Requests in flight are not what the count is made of: the load is.
     view = replace(view, observation=replace(view.observation, requests_in_flight=130.0))
-    policy = _ours(64.0)
+    policy = _ours()
     try:
         proposal = policy.decide(view, 1.0, 2)
+        last = policy.runtime.recommender.last
     finally:
         policy.close()
-    assert proposal.reason == "handover" and proposal.value == 3  # ceil(130 / 64)
-    plain = _ours(0.0)
-    try:
-        kept = plain.decide(view, 1.0, 2)
-    finally:
-        plain.close()
-    assert kept.reason != "handover" and kept.value == 2  # no estimate yet: the count is held
+    assert last is not None and last.reason.value == "handover"
+    assert proposal.reason == "handover" and proposal.value == last.desired_replicas
+    assert proposal.value < 3  # ceil(130 / 64) was the in-flight rule's count

@@ -15,7 +15,8 @@ import pytest
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.saturation import Saturation
 from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
-from exporter.sizing.recommender import Reason, Recommender, preempted, rate_margin_rps, saturated
+from exporter.sizing.reasons import Reason
+from exporter.sizing.recommender import Recommender, preempted, rate_margin_rps, saturated
 from exporter.sizing.traffic import ModelInputs
 from model import (
     PAPER_MODEL,

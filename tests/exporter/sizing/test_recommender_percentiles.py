@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from exporter.config.values import SloConfig
-from exporter.sizing.recommender import Reason, Recommender
+from exporter.sizing.reasons import Reason
+from exporter.sizing.recommender import Recommender
 from exporter.sizing.slo_targets import BindingTarget, binding_target
 from model import (
     DEFAULT_MODEL,

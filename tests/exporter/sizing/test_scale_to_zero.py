@@ -14,7 +14,8 @@ import pytest
 from exporter.base.clock import ManualClock
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.config.values import DemandKind, ScaleFromZeroConfig, SourceConfig
-from exporter.sizing.recommender import Decision, Reason, Recommender
+from exporter.sizing.reasons import Reason
+from exporter.sizing.recommender import Decision, Recommender
 from exporter.sizing.scale_to_zero import PodsState, pods_state
 from model import PAPER_MODEL, replicas_for_slo
 from tests.exporter.sizing.test_recommender import LLAMA, SERVER, SHAPE, deployment, observation

@@ -15,6 +15,7 @@ from exporter.base.clock import ManualClock
 from exporter.collector.sources import ScrapeSource
 from exporter.config.values import Config, DeploymentConfig, SloConfig, SourceConfig
 from exporter.daemon.daemon import Daemon
+from exporter.sizing.reasons import Reason
 from exporter.testbed.emulator import EmulatedFleet
 from model import ModelOptions, ServerConfig, ServiceParams, Workload, analyze
 from model.queueing.analyzer import max_rate
@@ -64,8 +65,10 @@ def run_daemon(kind: LengthKind, cv: float, hit_share: float = 0.0, *,
     try:
         for _ in range(CYCLES):
             snapshot = daemon.run_cycle()
-            capacity = snapshot.deployments[0].decision.max_rate_per_replica_rps
-            if capacity is not None:
+            decision = snapshot.deployments[0].decision
+            capacity = decision.max_rate_per_replica_rps
+            # The hand-over's capacity is the prior's, not the calibration's.
+            if capacity is not None and decision.reason is not Reason.HANDOVER:
                 capacities.append(capacity)
             for _ in range(int(CYCLE_S)):
                 clock.advance(1.0)

@@ -14,9 +14,8 @@ def test_trusted_starts_at_the_threshold() -> None:
     assert not is_trusted(0.0)
 
 
-def test_shipped_queries_hand_over_at_the_same_threshold() -> None:
+def test_shipped_queries_leave_the_threshold_to_the_sizer() -> None:
+    # The hand-over is the sizer's count (exporter.sizing.handover): no query repeats the rule.
     for name in ("keda-scaledobject.yaml", "hpa.yaml"):
         text = (REPO_ROOT / "config" / "k8s" / name).read_text()
-        pattern = r"calibration_confidence\{[^}]*\} *[<>]=? *([0-9.]+)"
-        found = {float(x) for x in re.findall(pattern, text)}
-        assert found <= {TRUSTED_CONFIDENCE}, (name, found)
+        assert not re.search(r"calibration_confidence\{[^}]*\} *[<>]", text), name

@@ -1,0 +1,76 @@
+"""The hand-over count: sized from the load with parameters the fleet's latencies cannot move,
+independent of how many replicas serve, stabilized like the calibrated count."""
+
+from __future__ import annotations
+
+import math
+
+from exporter.sizing.handover import Handover, HandoverBasis, TrustedEstimate
+from exporter.sizing.reasons import Reason
+from exporter.sizing.recommender import Recommender
+from model import ServiceParams
+from model.calibration.trust import TRUSTED_CONFIDENCE
+from tests.exporter.sizing.test_recommender import CAPACITY, LLAMA, SHAPE, deployment, observation
+
+PRIOR = Handover(LLAMA, HandoverBasis.PRIOR)
+# A guess far from the data: what the tuner would publish from a few points of one load.
+WRONG = ServiceParams(6.68, 0.2, 5.52e-4)
+
+
+def test_trusted_estimate_comes_first_then_the_seed_then_the_prior() -> None:
+    seed, prior = ServiceParams(5.0, 0.03, 6e-5), ServiceParams(5.0, 0.05, 5e-5)
+    kept = TrustedEstimate()
+    assert kept.handover(None, prior) == Handover(prior, HandoverBasis.PRIOR)
+    assert kept.handover(seed, prior) == Handover(seed, HandoverBasis.SEED)
+    assert not kept.note(TRUSTED_CONFIDENCE - 0.01, LLAMA)  # not trusted: not kept
+    assert kept.params is None
+    assert kept.note(TRUSTED_CONFIDENCE, LLAMA)
+    assert kept.handover(seed, prior) == Handover(LLAMA, HandoverBasis.TRUSTED)
+    assert not kept.note(0.0, WRONG) and kept.params == LLAMA  # a later untrusted one is not
+
+
+def test_the_count_does_not_depend_on_the_replicas_serving() -> None:
+    rate = 2.5 * CAPACITY  # three replicas' worth
+    counts = set()
+    for pods in (1, 2, 3, 5, 6):
+        rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+        decision = rec.decide(0.0, observation(rate, pods), WRONG, SHAPE, handover=PRIOR)
+        assert decision.reason is Reason.HANDOVER
+        counts.add(decision.desired_replicas)
+    assert counts == {math.ceil(rate / CAPACITY)}
+
+
+def test_the_hand_over_ignores_the_tuners_estimate_and_bias() -> None:
+    rec = Recommender(deployment())
+    decision = rec.decide(0.0, observation(2.5 * CAPACITY, 1), WRONG, SHAPE, (0.4, 0.4),
+                          handover=PRIOR)  # fmt: skip
+    assert decision.desired_replicas == 3
+    assert decision.max_rate_per_replica_rps is not None
+    assert math.isclose(decision.max_rate_per_replica_rps, CAPACITY, rel_tol=1e-6)
+
+
+def test_scale_down_is_stabilized_like_the_calibrated_count() -> None:
+    rec = Recommender(deployment())  # 300 s
+    assert rec.decide(0.0, observation(2.5 * CAPACITY, 3), None, SHAPE,
+                      handover=PRIOR).desired_replicas == 3  # fmt: skip
+    held = rec.decide(30.0, observation(0.5 * CAPACITY, 3), None, SHAPE, handover=PRIOR)
+    assert held.desired_replicas == 3 and held.reason is Reason.HANDOVER
+    later = rec.decide(331.0, observation(0.5 * CAPACITY, 3), None, SHAPE, handover=PRIOR)
+    assert later.desired_replicas == 1
+
+
+def test_never_below_the_ready_count_while_the_queue_grows() -> None:
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+    obs = observation(0.5 * CAPACITY, 4, growing=True)
+    decision = rec.decide(0.0, obs, None, SHAPE, handover=PRIOR)
+    assert decision.desired_replicas == 5 and decision.reason is Reason.HANDOVER
+
+
+def test_targets_out_of_the_priors_reach_hold_the_ready_count() -> None:
+    # A prior that cannot meet the targets at any load must not send the fleet to replicas.max.
+    slow = Handover(ServiceParams(200.0, 0.2, 5.52e-4), HandoverBasis.PRIOR)
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+    decision = rec.decide(0.0, observation(CAPACITY, 2), None, SHAPE, handover=slow)
+    assert decision.desired_replicas == 2 and decision.reason is Reason.HANDOVER
+    grows = rec.decide(30.0, observation(CAPACITY, 2, growing=True), None, SHAPE, handover=slow)
+    assert grows.desired_replicas == 3
