@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import model as today  # noqa: E402
 from bench.baseline.vendor import model as baseline  # noqa: E402
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPEATS = 5
@@ -139,6 +140,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter batches (noisier figures)")
     args = parser.parse_args()
     min_time_s = 0.1 if args.quick else 0.3
+    run_start = start_run()
     load_start, cpu_start = os.getloadavg()[0], time.process_time()
     print(f"load average (1 min) at start: {load_start:.1f} on {os.cpu_count()} cores")
     print(f"each figure: median of {REPEATS} batches of process CPU time per call; "
@@ -178,7 +180,7 @@ def main() -> None:
     cpu_s, load_end = time.process_time() - cpu_start, os.getloadavg()[0]
     print(f"process CPU time {cpu_s:.1f} s; load average (1 min) at end: {load_end:.1f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {
+    out = with_run(run_start, {
         "benchmark": "model_speed",
         "python": platform.python_version(),
         "numpy": np.__version__,
@@ -189,7 +191,7 @@ def main() -> None:
         "repeats": REPEATS,
         "clock": "process_time",
         "results": rows,
-    }
+    })
     (RESULTS / "model_speed.json").write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {RESULTS / 'model_speed.json'}")
 

@@ -56,6 +56,7 @@ from urllib.request import urlopen
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.lib.envelope import start_run, with_run
 from model import ServerConfig, ServiceParams, Workload, max_rate_for_slo, replicas_for_slo
 from tests.fixtures.vllm_exposition import PodTotals, render, steady_increment
 from tests.reliability.fault_server import Fault, FaultServer
@@ -229,6 +230,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to soak")
     args = parser.parse_args()
+    run_start = start_run()
     duration_s = args.minutes * 60.0
     warmup_s = min(WARMUP_S, duration_s / 4)
     capacity = max_rate_for_slo(TRUE, SERVER, SHAPE, TTFT_MS, ITL_MS).rate_rps
@@ -370,7 +372,7 @@ def main() -> int:
         "load_average_1_5_15_before_after": [load_before, load_after],
         "samples": checks,
     }
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    OUT.write_text(json.dumps(with_run(run_start, result), indent=1) + "\n")
     api_ok = counts["failed"] == 0 and counts["ok"] > 0
     ok = (not misses and late == 0 and skipped == 0 and rss_growth < MAX_RSS_GROWTH_MB
           and thread_growth <= MAX_THREAD_GROWTH and api_ok
