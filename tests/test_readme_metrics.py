@@ -1,10 +1,11 @@
-"""The README's metric tables say exactly what the code exports: every metric has a row, and each
-label's values are the members of its enumeration."""
+"""The metrics reference page (docs/reference/metrics.md) says exactly what the code exports:
+every metric has a row, and each label's values are the members of its enumeration."""
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -52,10 +53,15 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
 }
 
 
-def section(title: str) -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+METRICS_PAGE = REPO_ROOT / "docs" / "reference" / "metrics.md"
+CONFIG_PAGE = REPO_ROOT / "docs" / "reference" / "configuration.md"
+
+
+def section(title: str, page: Path = METRICS_PAGE) -> str:
+    """The part of `page` from the heading `title` to the next heading of level 1 to 3."""
+    text = "\n" + page.read_text()
     start = text.index(f"\n{title}\n")
-    following = re.search(r"\n#{2,3} ", text[start + len(title) + 2 :])
+    following = re.search(r"\n#{1,3} ", text[start + len(title) + 2 :])
     end = start + len(title) + 2 + (following.start() if following else len(text))
     return text[start:end]
 
@@ -90,17 +96,17 @@ def exported_names() -> set[str]:
 
 
 def test_label_values_table_lists_exactly_each_enumeration() -> None:
-    documented = label_table(section("### Label values"))
+    documented = label_table(section("## Label values"))
     assert set(documented) == set(LABEL_ENUMS)
     for key, enum in LABEL_ENUMS.items():
         assert documented[key] == {member.value for member in enum}, key
 
 
 def test_every_exported_metric_has_a_readme_row() -> None:
-    rows = table_rows(section("## Exported metrics"))
+    rows = table_rows(section("# Exported metrics"))
     documented = {name for row in rows for name in re.findall(r"vllm_sizer_\w+", row[0])}
     assert exported_names() - documented == set()
-    assert documented - exported_names() == set(), "README lists a metric the code lacks"
+    assert documented - exported_names() == set(), "the page lists a metric the code lacks"
 
 
 def test_the_comparison_notices_a_missing_value() -> None:
@@ -111,5 +117,5 @@ def test_the_comparison_notices_a_missing_value() -> None:
 
 @pytest.mark.parametrize("name", ["vllm_sizer_predicted_ttft_seconds"])
 def test_readme_warns_against_scaling_on_infinite_predictions(name: str) -> None:
-    (row,) = [r for r in table_rows(section("## Exported metrics")) if name in r[0]]
+    (row,) = [r for r in table_rows(section("# Exported metrics")) if name in r[0]]
     assert "never scale on these" in row[1]
