@@ -26,7 +26,7 @@ run: venv
 	$(VENV)/bin/vllm-sizer demo
 
 test: venv prometheus
-	$(VENV)/bin/ruff check model exporter tests bench
+	$(VENV)/bin/ruff check model exporter tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not vllm" -q
 
@@ -34,7 +34,7 @@ test-fast: venv
 	$(PY) -m pytest -m "not vllm and not integration" -q
 
 lint: venv
-	$(VENV)/bin/ruff check model exporter tests bench
+	$(VENV)/bin/ruff check model exporter tests bench tools
 	$(VENV)/bin/mypy
 
 # Speed and accuracy figures, printed and written to bench/results/*.json (about 12 min on 2 cores; workload_realism.py and closed_loop.py take 4-5 min each).

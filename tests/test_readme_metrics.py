@@ -4,54 +4,13 @@ every metric has a row, and each label's values are the members of its enumerati
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from exporter.base.clock import ManualClock
-from exporter.base.errors import FailureReason
-from exporter.collector.pod_observation import Problem
-from exporter.config.values import (
-    Config,
-    DemandKind,
-    DeploymentConfig,
-    ItlKind,
-    SloConfig,
-    SourceConfig,
-    SourceKind,
-)
-from exporter.daemon.daemon import Daemon
-from exporter.daemon.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
-from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
-from exporter.sizing.attainment import Bound
-from exporter.sizing.recommender import Reason
-from exporter.sizing.slo_targets import BindingTarget
-from exporter.sizing.traffic import LengthCvKind
-from model import ServerConfig, TunerReason, TunerState
+from exporter.daemon.operation_metrics import CycleOutcome
 from tests.conftest import REPO_ROOT
-
-LABEL_ENUMS: dict[str, type[StrEnum]] = {
-    "vllm_sizer_recommendation_reason{reason}": Reason,
-    "vllm_sizer_tuner_state{state}": TunerState,
-    "vllm_sizer_tuner_reason{reason}": TunerReason,
-    "vllm_sizer_fit_error_ratio{signal}": Signal,
-    "vllm_sizer_binding_target{target}": BindingTarget,
-    "vllm_sizer_predicted_itl_quantile_seconds{kind}": ItlKind,
-    "vllm_sizer_slo_itl_quantile_seconds{kind}": ItlKind,
-    "vllm_sizer_observed_slo_attainment_ratio{bound}": Bound,
-    "vllm_sizer_demand{kind}": DemandKind,
-    "vllm_sizer_request_length_cv{kind}": LengthCvKind,
-    "vllm_sizer_parameter_source{parameter}": Parameter,
-    "vllm_sizer_parameter_source{source}": ParameterSource,
-    "vllm_sizer_scrape_errors_total{source}": SourceKind,
-    "vllm_sizer_scrape_errors_total{reason}": FailureReason,
-    "vllm_sizer_observation_problems_total{problem}": Problem,
-    "vllm_sizer_cycles_total{outcome}": CycleOutcome,
-    "vllm_sizer_cycles_skipped_total{event}": SkippedEvent,
-}
-
+from tools.docs_gen.metrics import LABEL_ENUMS, exported_name, families
 
 METRICS_PAGE = REPO_ROOT / "docs" / "reference" / "metrics.md"
 CONFIG_PAGE = REPO_ROOT / "docs" / "reference" / "configuration.md"
@@ -81,18 +40,7 @@ def label_table(text: str) -> dict[str, set[str]]:
 
 
 def exported_names() -> set[str]:
-    registry = CollectorRegistry()
-    dep = DeploymentConfig(
-        name="d",
-        model_name="m",
-        source=SourceConfig(scrape_urls=("u",)),
-        server=ServerConfig(),
-        slo=SloConfig(ttft_ms=50.0),
-    )
-    Daemon(Config(deployments=(dep,)), {"d": object()}, registry, ManualClock())  # type: ignore[dict-item]
-    registry.register(BuildInfoCollector("0"))
-    suffix = {"counter": "_total", "info": "_info"}
-    return {family.name + suffix.get(family.type, "") for family in registry.collect()}
+    return {exported_name(family) for family in families()}
 
 
 def test_label_values_table_lists_exactly_each_enumeration() -> None:

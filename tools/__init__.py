@@ -1,0 +1,1 @@
+"""Maintenance tools run from the repository root (not shipped in the package)."""
