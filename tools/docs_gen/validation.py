@@ -1,5 +1,11 @@
 """The results tables of docs/validation/index.md and README.md, built from named keys of the
-bench JSON in bench/results/, and the page of every figure with the run that produced it.
+bench JSON in bench/results/, the page of every figure with the run that produced it, and the
+figures quoted inline in the docs pages.
+
+Inline, a figure is marked with its file, key path and format, and the generator rewrites the
+text between the markers: `<!--fig closed_loop.json scenarios/itl-bound/table/queueing/any_over/mean
+f1-->2.0<!--/fig-->` (the key path may hold spaces; the file is the first word, the format the
+last).
 
 A figure is a JSON file and a key path: `/` separates keys, `[k=v,...]` picks the list item
 whose fields match, and a trailing `|min` or `|max` reduces a list. A row is a sentence with
@@ -18,6 +24,7 @@ from tools.docs_gen.config_keys import HEADER
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 FORMATS = {
+    "pct0": lambda v: f"{100 * v:.0f}",
     "pct1": lambda v: f"{100 * v:.1f}",
     "pct2": lambda v: f"{100 * v:.2f}",
     "f0": lambda v: f"{v:.0f}",
@@ -255,6 +262,18 @@ ROWS = (
     ),
 )
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+INLINE = re.compile(r"<!--fig (\S+) ([^>]+?) ([a-z0-9]+)-->(.*?)<!--/fig-->", re.S)
+
+
+def inline(text: str) -> str:
+    """`text` with every inline figure rewritten from its JSON."""
+
+    def value(match: re.Match[str]) -> str:
+        file, path, fmt = match.group(1), match.group(2), match.group(3)
+        shown = Figure(file, path, fmt).text()
+        return f"<!--fig {file} {path} {fmt}-->{shown}<!--/fig-->"
+
+    return INLINE.sub(value, text)
 
 
 def table(rows: tuple[Row, ...], link_prefix: str) -> str:
@@ -307,8 +326,14 @@ def splice(text: str, block: str) -> str:
 def pages() -> dict[str, str]:
     readme = (ROOT / "README.md").read_text()
     index = (ROOT / "docs" / "validation" / "index.md").read_text()
-    return {
+    out = {
         "README.md": splice(readme, table(tuple(r for r in ROWS if r.readme), "docs/validation/")),
-        "docs/validation/index.md": splice(index, table(ROWS, "")),
+        "docs/validation/index.md": inline(splice(index, table(ROWS, ""))),
         "docs/validation/figures.md": figures_page(),
     }
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        rel = page.relative_to(ROOT).as_posix()
+        text = page.read_text()
+        if rel not in out and INLINE.search(text):
+            out[rel] = inline(text)
+    return out
