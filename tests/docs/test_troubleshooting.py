@@ -6,10 +6,15 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+import yaml
+
 from tests.conftest import REPO_ROOT
-from tests.test_readme_metrics import LABEL_ENUMS, table_rows
+from tests.test_readme_metrics import table_rows
+from tools.docs_gen.metrics import LABEL_ENUMS
 
 PAGE = REPO_ROOT / "docs" / "operate" / "troubleshooting.md"
+READS_PAGE = REPO_ROOT / "docs" / "operate" / "troubleshooting-reads.md"
+ALERTS = REPO_ROOT / "config" / "prometheus" / "vllm-sizer-alerts.yaml"
 # The labels an operator meets as a state or a reason: each has a section on the page.
 EXPLAINED = (
     "vllm_sizer_tuner_state{state}",
@@ -32,7 +37,7 @@ def explained(text: str) -> dict[str, dict[str, list[str]]]:
 
 
 def test_every_state_and_reason_value_has_a_meaning_and_an_action() -> None:
-    sections = explained(PAGE.read_text())
+    sections = explained(PAGE.read_text() + "\n" + READS_PAGE.read_text())
     for key in EXPLAINED:
         enum: type[StrEnum] = LABEL_ENUMS[key]
         assert key in sections, f"troubleshooting.md: no section for {key}"
@@ -42,6 +47,16 @@ def test_every_state_and_reason_value_has_a_meaning_and_an_action() -> None:
         assert set(rows) - values == set(), f"{key}: rows for values the code lacks"
         for value, cells in rows.items():
             assert len(cells) == 2 and all(c.strip() for c in cells), f"{key} {value}: {cells}"
+
+
+def test_every_shipped_alert_has_a_row() -> None:
+    rules = yaml.safe_load(ALERTS.read_text())
+    alerts = {r["alert"] for group in rules["groups"] for r in group["rules"] if "alert" in r}
+    assert len(alerts) >= 7
+    text = PAGE.read_text()
+    section = text[text.index("## Alerts") : text.index("## Tuner state")]
+    rows = {row[0].strip("`") for row in table_rows(section)}
+    assert rows == alerts
 
 
 def test_the_check_notices_a_missing_row() -> None:
