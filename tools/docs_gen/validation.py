@@ -14,6 +14,7 @@ figures in it; `readme` rows also go to the README's short table."""
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,7 +280,8 @@ def inline(text: str) -> str:
 def table(rows: tuple[Row, ...], link_prefix: str) -> str:
     lines = ["| what | result |", "|---|---|"]
     for row in rows:
-        lines.append(f"| [{row.what}]({link_prefix}{row.page}) | {row.render()} |")
+        link = posixpath.normpath(link_prefix + row.page)
+        lines.append(f"| [{row.what}]({link}) | {row.render()} |")
     return "\n".join(lines)
 
 
