@@ -61,10 +61,12 @@ def command_line(argv: list[str] | None = None) -> str:
         head = ["python", "-m", spec.name]
     else:
         script = Path(args[0]) if args else Path("?")
-        try:
-            shown = script.resolve().relative_to(REPO_ROOT).as_posix()
-        except ValueError:
-            shown = script.name
+        shown = script.as_posix()
+        if script.is_absolute():  # as typed when relative; never a path of this machine
+            try:
+                shown = script.relative_to(REPO_ROOT).as_posix()
+            except ValueError:
+                shown = script.name
         head = ["python", shown]
     return shlex.join([*head, *args[1:]])
 
