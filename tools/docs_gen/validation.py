@@ -263,6 +263,7 @@ ROWS = (
     ),
 )
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+SPEED_MARKERS = ("<!-- model-speed:begin -->", "<!-- model-speed:end -->")
 INLINE = re.compile(r"<!--fig (\S+) ([^>]+?) ([a-z0-9]+)-->(.*?)<!--/fig-->", re.S)
 
 
@@ -319,10 +320,45 @@ def figures_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def splice(text: str, block: str) -> str:
-    """`text` with the part between the results markers replaced by `block`."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[:start] + "\n" + block + "\n" + text[end:]
+def splice(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    """`text` with the part between the markers replaced by `block`."""
+    first, last = text.index(begin) + len(begin), text.index(end)
+    return text[:first] + "\n" + block + "\n" + text[last:]
+
+
+def _time(us: float) -> str:
+    if us < 10:
+        return f"{us:.1f} us"
+    if us < 1000:
+        return f"{us:.0f} us"
+    return f"{us / 1000:.2f} ms" if us < 10_000 else f"{us / 1000:.1f} ms"
+
+
+def speed_table() -> str:
+    """bench/results/model_speed.json as a table: per case and B, the refined variant with the
+    paper variant in parentheses."""
+    rows = json.loads((RESULTS / "model_speed.json").read_text())["results"]
+    by_key = {(r["case"], r["max_num_seqs"], r["variant"]): r for r in rows}
+    lines = [
+        "| operation | B | before: refined (paper) | now | ratio | goal |",
+        "|---|---|---|---|---|---|",
+    ]
+    seen: dict[tuple[str, int], None] = {}
+    for r in rows:
+        seen[(r["case"], r["max_num_seqs"])] = None
+    for case, batch in sorted(seen, key=lambda k: (k[1], list(seen).index(k))):
+        ref, pap = by_key[(case, batch, "refined")], by_key[(case, batch, "paper")]
+        goal = " and ".join(
+            ([f"{_time(ref['target_us'])}"] if ref["target_us"] else [])
+            + ([f">= {ref['target_ratio']:g}x"] if ref["target_ratio"] else [])
+        )
+        verdict = f"{goal}: {'met' if ref['met'] else 'missed'}" if goal else ""
+        lines.append(
+            f"| {case} | {batch} | {_time(ref['baseline_us'])} ({_time(pap['baseline_us'])}) | "
+            f"{_time(ref['today_us'])} ({_time(pap['today_us'])}) | "
+            f"{ref['ratio']:.1f}x ({pap['ratio']:.1f}x) | {verdict} |"
+        )
+    return "\n".join(lines)
 
 
 def pages() -> dict[str, str]:
@@ -333,6 +369,8 @@ def pages() -> dict[str, str]:
         "docs/validation/index.md": inline(splice(index, table(ROWS, ""))),
         "docs/validation/figures.md": figures_page(),
     }
+    speed = (ROOT / "docs" / "validation" / "speed.md").read_text()
+    out["docs/validation/speed.md"] = inline(splice(speed, speed_table(), *SPEED_MARKERS))
     for page in sorted((ROOT / "docs").rglob("*.md")):
         rel = page.relative_to(ROOT).as_posix()
         text = page.read_text()
