@@ -11,7 +11,7 @@ import pytest
 
 from exporter.cli import main as cli_main
 from tools import docs_gen
-from tools.docs_gen import config_keys, metrics, validation
+from tools.docs_gen import config_keys, figures, metrics, results_rows
 
 RERUN = "out of date; rerun `python -m tools.docs_gen` and commit the pages: "
 
@@ -30,11 +30,11 @@ def test_a_changed_result_makes_the_tables_stale(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     results = tmp_path / "results"
-    shutil.copytree(validation.RESULTS, results)
+    shutil.copytree(figures.RESULTS, results)
     soak = json.loads((results / "soak.json").read_text())
     soak["rss_growth_mb_after_warmup"] += 10.0
     (results / "soak.json").write_text(json.dumps(soak))
-    monkeypatch.setattr(validation, "RESULTS", results)
+    monkeypatch.setattr(figures, "RESULTS", results)
     assert docs_gen.stale(docs_gen.generate()) == [
         "README.md", "docs/validation/figures.md", "docs/validation/index.md",
         "docs/validation/soak.md",  # its inline "RSS +6.0 MB"
@@ -50,7 +50,7 @@ def test_every_exported_label_has_its_values_listed() -> None:
 
 
 def test_every_figure_reads_a_number() -> None:
-    for row in validation.ROWS:
+    for row in results_rows.ROWS:
         for name, figure in row.figures.items():
             value = figure.value()
             assert isinstance(value, int | float) and value == value, (row.what, name, value)
