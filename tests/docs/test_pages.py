@@ -55,3 +55,19 @@ def test_the_laptop_page_has_the_readmes_recipe() -> None:
     (readme,) = RECIPE.findall(README.read_text())
     (page,) = RECIPE.findall((DOCS / "getting-started" / "laptop.md").read_text())
     assert page == readme
+
+
+def test_the_readme_has_what_a_newcomer_needs_first() -> None:
+    text = README.read_text()
+    for needed in (
+        "```mermaid",  # the cycle
+        "make run",
+        "make test",
+        "Prerequisites:",
+        "## Deploy in 5 steps",
+        "<!-- results:begin -->",
+        "## Documentation",
+    ):
+        assert needed in text, needed
+    steps = re.findall(r"^\d\. \*\*", text[text.index("## Deploy in 5 steps") :], re.M)
+    assert len(steps) == 5
