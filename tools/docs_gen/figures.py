@@ -1,7 +1,7 @@
 """A figure of the bench results: a JSON file of bench/results/ and a key path in it, printed
 in a fixed format; and the inline figures of the docs pages.
 
-`/` separates keys, `[k=v,...]` picks the list item whose fields match, and a trailing `|min` or
+`/` separates keys, a number indexes a list, `[k=v,...]` picks the list item whose fields match, and a trailing `|min` or
 `|max` reduces a list. Inline, a figure is marked with its file, key path and format, and the
 generator rewrites the text between the markers: `<!--fig closed_loop.json
 scenarios/itl-bound/table/queueing/any_over/mean f1-->2.0<!--/fig-->` (the key path may hold
@@ -44,7 +44,9 @@ class Figure:
         path, _, reduce = self.path.partition("|")
         for part in path.split("/"):
             pick = re.fullmatch(r"\[(.*)\]", part)
-            if pick:
+            if isinstance(node, list) and part.isdigit():
+                node = node[int(part)]
+            elif pick:
                 wanted = dict(kv.split("=") for kv in pick.group(1).split(","))
                 node = next(
                     item for item in node if all(str(item[k]) == v for k, v in wanted.items())
