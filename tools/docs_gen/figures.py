@@ -3,9 +3,9 @@ in a fixed format; and the inline figures of the docs pages.
 
 `/` separates keys, a number indexes a list, `[k=v,...]` picks the list item whose fields
 match, and a trailing `|min` or `|max` reduces a list. Inline, a figure is marked with its file,
-key path and format, and the generator rewrites the text between the markers: `<!--fig closed_loop.json
-scenarios/itl-bound/table/queueing/any_over/mean f1-->2.0<!--/fig-->` (the key path may hold
-spaces; the file is the first word, the format the last).
+key path and format, and the generator rewrites the text between the markers:
+`<!--fig closed_loop.json scenarios/itl-bound/table/queueing/any_over/mean f1-->2.0<!--/fig-->`
+(the key path may hold spaces; the file is the first word, the format the last).
 """
 
 from __future__ import annotations
