@@ -53,7 +53,11 @@ def figures_page() -> str:
         for name, fig in row.figures.items():
             files[fig.file] = None
             lines.append(f"| {row.what}: `{name}` | {fig.text()} | `{fig.file}`: `{fig.path}` |")
-    lines += ["", "## Runs", "", "| file | run |", "|---|---|"]
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for match in INLINE.finditer(page.read_text()):
+            files[match.group(1)] = None
+    lines += ["", "## Runs", "", "Every file a table or a page quotes:", ""]
+    lines += ["| file | run |", "|---|---|"]
     lines += [f"| `{file}` | {_run(file)} |" for file in files]
     return "\n".join(lines) + "\n"
 
