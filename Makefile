@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test test-fast test-vllm validate-vllm lint layers bench venv prometheus clean
+.PHONY: run test test-fast test-vllm validate-vllm lint layers docs bench venv prometheus clean
 
 venv: $(STAMP)
 
@@ -29,6 +29,12 @@ test: venv prometheus
 	$(VENV)/bin/ruff check model exporter tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not vllm" -q
+	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir "$$site"; status=$$?; rm -rf "$$site"; exit $$status
+
+# The generated documentation pages (reference from the code, results tables from
+# bench/results/*.json); `tests/docs/` fails when they are out of date.
+docs: venv
+	$(PY) -m tools.docs_gen
 
 test-fast: venv
 	$(PY) -m pytest -m "not vllm and not integration" -q

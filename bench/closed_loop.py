@@ -56,6 +56,7 @@ from bench.lib.closed_loop_report import (  # noqa: E402
     spread,
     table_columns,
 )
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
 from exporter.replay.arrivals import DrawnArrivals  # noqa: E402
 from exporter.replay.engine import ApplyAsIs, Engine, FleetSettings  # noqa: E402
@@ -270,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--arms", default=",".join(a.value for a in Arm), help="comma list")
     args = parser.parse_args(argv)
+    run_start = start_run()
     logging.getLogger("exporter").setLevel(logging.ERROR)
     seeds = [FIRST_SEED + i for i in range(1 if args.quick else args.seeds)]
     duration_s = QUICK_SECONDS if args.quick else RateProfile.paper(1.0).duration_s
@@ -322,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         args.scenario,
         seeds,
         None if args.quick else RESULTS_DIR / "closed_loop_percentiles.json",
+        run_start,
         lambda base, thr, slo, seed: run_arm(
             next(s for s in SCENARIOS if s.name == base),
             Arm.THROUGHPUT if thr else Arm.QUEUEING,
@@ -336,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.quick and scenarios:
         RESULTS_DIR.mkdir(exist_ok=True)
         path = RESULTS_DIR / "closed_loop.json"
-        path.write_text(json.dumps(json_safe(results), separators=(",", ":")))
+        path.write_text(json.dumps(json_safe(with_run(run_start, results)), separators=(",", ":")))
         print(f"wrote {path}")
 
 

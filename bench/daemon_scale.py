@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from exporter.base.clock import ManualClock  # noqa: E402
 from exporter.collector.sources import SourceRead  # noqa: E402
 from exporter.collector.vllm_metrics import (  # noqa: E402
@@ -172,6 +173,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(args.deployments[0], args.max_num_seqs[0])))
         return
+    run_start = start_run()
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'B':>5s} {'deployments':>11s} {'cycle CPU':>10s} {'wall':>8s} {'CPU/dep':>9s} "
           f"{'peak RSS':>9s} {'ITL curves':>10s}  goal")  # fmt: skip
@@ -199,12 +201,12 @@ def main() -> None:
             )
             rows.append(row)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {
+    out = with_run(run_start, {
         "benchmark": "daemon_scale",
         "goals": {"cycle_cpu_s_1000_b256": GOAL_CPU_S, "peak_rss_mb_1000_b4096": GOAL_MB},
         "load_average_1min_end": os.getloadavg()[0],
         "results": rows,
-    }
+    })
     (RESULTS / "daemon_scale.json").write_text(json.dumps(out, indent=2) + "\n")
     print("wrote bench/results/daemon_scale.json")
 

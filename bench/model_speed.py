@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import model as today  # noqa: E402
 from bench.lib.baseline import BASELINE_COMMIT, BaselineUnavailable, load_baseline  # noqa: E402
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPEATS = 5
@@ -144,6 +144,7 @@ def main() -> None:
         baseline = load_baseline()
     except BaselineUnavailable as exc:
         sys.exit(str(exc))
+    run_start = start_run()
     load_start, cpu_start = os.getloadavg()[0], time.process_time()
     print(f"load average (1 min) at start: {load_start:.1f} on {os.cpu_count()} cores")
     print(f"each figure: median of {REPEATS} batches of process CPU time per call; "
@@ -183,12 +184,9 @@ def main() -> None:
     cpu_s, load_end = time.process_time() - cpu_start, os.getloadavg()[0]
     print(f"process CPU time {cpu_s:.1f} s; load average (1 min) at end: {load_end:.1f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {
+    out = with_run(run_start, {
         "benchmark": "model_speed",
-        "commit": _head(),
         "baseline_commit": BASELINE_COMMIT,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["bench/model_speed.py", *sys.argv[1:]]),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "machine": platform.machine(),
@@ -198,18 +196,9 @@ def main() -> None:
         "repeats": REPEATS,
         "clock": "process_time",
         "results": rows,
-    }
+    })
     (RESULTS / "model_speed.json").write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {RESULTS / 'model_speed.json'}")
-
-
-def _head() -> str | None:
-    """The checkout's commit (None outside a git checkout)."""
-    done = subprocess.run(
-        ["git", "-C", str(RESULTS.parent.parent), "rev-parse", "HEAD"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    return done.stdout.strip() or None
 
 
 if __name__ == "__main__":

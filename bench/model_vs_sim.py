@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import UNIFORM_HALF_WIDTH_CV, ModelOptions, ModelVariant
 from model.simulation.simulator import Router, Simulator
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, draw_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LLAMA = ServiceParams(alpha_ms=6.68, beta_ms=2.01e-2, gamma_ms=5.52e-5)
@@ -154,6 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000, help="measured requests per point")
     args = parser.parse_args()
+    run_start = start_run()
     began = time.perf_counter()
     points: list[Point] = []
     sweeps: list[dict[str, float | int]] = []
@@ -204,7 +209,7 @@ def main() -> None:
         "paper_profile_4_replicas": profiles,
     }
     out = RESULTS_DIR / "model_vs_sim.json"
-    out.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    out.write_text(json.dumps(with_run(run_start, result), indent=1, allow_nan=False) + "\n")
     print(f"wrote {out} and model_vs_sim.png; grid took {grid_wall_s:.0f} s")
     if any(math.isnan(v) for v in overall.values()):
         raise SystemExit("NaN errors: some point had no measured request")

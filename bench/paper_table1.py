@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,9 @@ from model.queueing.variant import (
     ModelOptions,
     ModelVariant,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GRID_CSV = REPO_ROOT / "tests" / "data" / "h100-grid.csv"
@@ -359,6 +363,7 @@ def plot(model_name: str, by_var: dict[str, dict[str, object]], path: Path) -> N
 
 
 def main() -> None:
+    run_start = start_run()
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, dict[str, object]]] = {}
     for model_name in PAPER_TABLE1:
@@ -373,7 +378,8 @@ def main() -> None:
                "reported_index8": REPORTED_INDEX8,
                "reported_baseline_held_out": REPORTED_BASELINE_HELD_OUT,
                "results": results}
-    (RESULTS_DIR / "paper_table1.json").write_text(json.dumps(payload, indent=1) + "\n")
+    text = json.dumps(with_run(run_start, payload), indent=1)
+    (RESULTS_DIR / "paper_table1.json").write_text(text + "\n")
 
 
 if __name__ == "__main__":

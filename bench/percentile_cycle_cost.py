@@ -19,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.model_speed import LLAMA as LLAMA_MS  # noqa: E402
 from bench.model_speed import median_us  # noqa: E402
 from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig  # noqa: E402
@@ -52,6 +53,7 @@ def main() -> None:
             ttft_ms=100.0, itl_ms=40.0, percentiles=PERCENTILE_TARGETS
         ),
     }
+    run_start = start_run()
     load_1min = os.getloadavg()[0]
     print(f"machine load average (1 min) at start: {load_1min:.1f} on {os.cpu_count()} cores")
     rows = []
@@ -68,14 +70,14 @@ def main() -> None:
     ratio = rows[1]["median_us"] / rows[0]["median_us"]
     print(f"percentile targets cost {ratio:.1f} x the mean-only forecast")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {
+    out = with_run(run_start, {
         "benchmark": "percentile_cycle_cost",
         "python": platform.python_version(),
         "numpy": np.__version__,
         "load_average_1min": load_1min,
         "results": rows,
         "ratio": ratio,
-    }
+    })
     (RESULTS / "percentile_cycle_cost.json").write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {RESULTS / 'percentile_cycle_cost.json'}")
 

@@ -32,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.lib.percentile_sim import QUANTILES, simulate_point  # noqa: E402
 from model import (  # noqa: E402
     FirstToken,
@@ -185,6 +186,7 @@ def main() -> None:
     parser.add_argument("--reuse-sim", action="store_true",
                         help="take simulated figures from the existing percentiles.json")
     args = parser.parse_args()
+    run_start = start_run()
     out_path = RESULTS_DIR / "percentiles.json"
     began = time.perf_counter()
     sim_wall_s = None
@@ -226,7 +228,7 @@ def main() -> None:
         "sim_wall_s": sim_wall_s,
         "model_wall_s": model_wall_s,
     }
-    out_path.write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
+    out_path.write_text(json.dumps(with_run(run_start, out), indent=1, allow_nan=False) + "\n")
     met = all(c["met"] for r in result.values() for c in r["checks"])
     print(f"\nall thresholds met: {met}; simulation {sim_wall_s:.0f} s, model {model_wall_s:.2f} s"
           f" for {len(points)} points; wrote {out_path} and percentiles.png")

@@ -35,6 +35,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from model.simulation.workloads import (  # noqa: E402
     LengthDist,
     LengthKind,
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
+    run_start = start_run()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         trace = work / "trace.csv"
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
                          if not line.startswith("wrote ")),  # fmt: skip
     }
     path = RESULTS / "replay_trace.json"
-    path.write_text(json.dumps(summary, indent=1))
+    path.write_text(json.dumps(with_run(run_start, summary), indent=1))
     print(f"wrote {path}")
 
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.closed_loop import deployment_config  # noqa: E402
 from bench.lib.closed_loop_report import Scenario  # noqa: E402
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.lib.single_shape import simulate_windows  # noqa: E402
 from bench.tuner_robustness import SERVER, measure_truth  # noqa: E402
 from exporter.replay.perfect import WindowView  # noqa: E402
@@ -73,6 +74,7 @@ def run(seed: int, exact_regressors: bool) -> dict[str, Any]:
 
 
 def main() -> None:
+    run_start = start_run()
     start = time.perf_counter()
     truth = measure_truth(TRUE, SCENARIO, 5)
     model = max_rate_for_slo(
@@ -97,8 +99,8 @@ def main() -> None:
     wall = time.perf_counter() - start
     OUT.write_text(
         json.dumps(
-            {"truth_capacity_rps": truth.capacity_rps, "model_capacity_rps": model,
-             "runs": runs, "wall_s": wall},  # fmt: skip
+            with_run(run_start, {"truth_capacity_rps": truth.capacity_rps,
+                                 "model_capacity_rps": model, "runs": runs, "wall_s": wall}),
             indent=1,
         )
     )

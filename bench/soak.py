@@ -60,6 +60,7 @@ from urllib.request import urlopen
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.lib.envelope import start_run, with_run
 from bench.lib.soak_phases import (
     ConnectionFlood,
     DuplicatingPrometheus,
@@ -241,6 +242,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to soak")
     args = parser.parse_args()
+    run_start = start_run()
     duration_s = args.minutes * 60.0
     warmup_s = min(WARMUP_S, duration_s / 4)
     capacity = max_rate_for_slo(TRUE, SERVER, SHAPE, TTFT_MS, ITL_MS).rate_rps
@@ -409,7 +411,7 @@ def main() -> int:
         "load_average_1_5_15_before_after": [load_before, load_after],
         "samples": checks,
     }
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    OUT.write_text(json.dumps(with_run(run_start, result), indent=1) + "\n")
     api_ok = counts["failed"] == 0 and counts["ok"] > 0
     flood_ok = bool(flood_phase.probes) and all(p["status"] == 200 for p in flood_phase.probes)
     ok = (not misses and late == 0 and skipped == 0 and rss_growth < MAX_RSS_GROWTH_MB

@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.closed_loop import SCENARIOS, deployment_config  # noqa: E402
 from bench.lib.closed_loop_report import Scenario  # noqa: E402
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.lib.single_shape import (  # noqa: E402
     WINDOW_S,
     saturation_rate_rps,
@@ -338,6 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="30 minutes, no JSON or PNG")
     args = parser.parse_args(argv)
+    run_start = start_run()
     logging.getLogger("exporter").setLevel(logging.ERROR)
     duration = 1800.0 if args.quick else DURATION_S
     started = time.perf_counter()
@@ -357,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
         RESULTS_DIR.mkdir(exist_ok=True)
         out = {"wall_s": wall, "scenarios": results}
         path = RESULTS_DIR / "tuner_robustness.json"
-        path.write_text(json.dumps(json_safe(out), separators=(",", ":")))
+        path.write_text(json.dumps(json_safe(with_run(run_start, out)), separators=(",", ":")))
         plot(results, RESULTS_DIR / "tuner_robustness.png")
         print(f"wrote {path}")
 

@@ -29,6 +29,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from exporter.cli.fit import read_observations  # noqa: E402
 from model import (  # noqa: E402
     PAPER_MODEL,
@@ -208,6 +209,7 @@ def grid_window_refits(windows: int = 30) -> dict[str, Any]:
 
 
 def main() -> None:
+    run_start = start_run()
     results: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count()},
         "goals": {"refit_s": GOAL_REFIT_S, "offline_112_s": GOAL_OFFLINE_S},
@@ -259,7 +261,8 @@ def main() -> None:
         f"{GOAL_OFFLINE_S:.0f} s: {worst_offline <= GOAL_OFFLINE_S}"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tuner_speed.json").write_text(json.dumps(results, indent=2) + "\n")
+    out = with_run(run_start, results)
+    (RESULTS / "tuner_speed.json").write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

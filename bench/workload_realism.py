@@ -55,6 +55,7 @@ from model.simulation.simulator import Simulator
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, RequestTrace, draw_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.lib.realism_readings import (  # noqa: E402
     cv_of,
     dispersion_cv,
@@ -346,6 +347,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 000 requests, no capacity search")
     ap.add_argument("--laws", default=",".join(law.name for law in LAWS))
     args = ap.parse_args()
+    run_start = start_run()
     requests = 2_000 if args.quick else args.requests
     chosen = [law for law in LAWS if law.name in args.laws.split(",")]
     began = time.perf_counter()
@@ -396,7 +398,8 @@ def main() -> None:
     }
     name = "workload_realism_quick" if args.quick else "workload_realism"
     RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+    text = json.dumps(with_run(run_start, out), indent=1, default=str)
+    (RESULTS_DIR / f"{name}.json").write_text(text + "\n")
     plot(runs, RESULTS_DIR / f"{name}.png")
 
 

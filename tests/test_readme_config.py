@@ -1,8 +1,9 @@
-"""The README's configuration table lists exactly the keys the config reader accepts.
+"""The configuration page's table (docs/reference/configuration.md) lists exactly the keys the
+config reader accepts.
 
 The accepted keys come from the reader itself: a config with an unknown key in a section is
-refused with that section's allowed keys, so each section the README documents is probed that
-way; a key the code accepts but the README omits (a new section included) shows up in its
+refused with that section's allowed keys, so each section the page documents is probed that
+way; a key the code accepts but the page omits (a new section included) shows up in its
 parent's allowed list."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from exporter.base.errors import ConfigError
 from exporter.config.loader import parse_config
-from tests.test_readme_metrics import section, table_rows
+from tests.test_readme_metrics import CONFIG_PAGE, section, table_rows
 
 PROBE = "zz_not_a_key"
 
@@ -23,7 +24,7 @@ def documented_keys() -> set[str]:
     """Key paths of the table: `a.b.c`, then `.d` for a sibling of `c`; `deployments[]` is a list
     item; `pNN_ms` stands for the percentile keys p50_ms ... p99.9_ms."""
     keys: set[str] = set()
-    for row in table_rows(section("## Configuration")):
+    for row in table_rows(section("# Configuration", CONFIG_PAGE)):
         names = re.findall(r"`([a-zN_.\[\]]+)`", row[0])
         assert names and not names[0].startswith("."), row
         parent = names[0].rpartition(".")[0]
@@ -81,8 +82,8 @@ def test_readme_config_table_lists_exactly_the_accepted_keys() -> None:
         accepted.update(f"{prefix}{key}" for key in allowed_keys(section_path))
     sections = {s.removesuffix("[]") for s in sections_of(documented) - {""}}  # a list's key
     undocumented = accepted - documented - sections
-    assert undocumented == set(), "the code accepts keys the README's table omits"
-    assert documented - accepted == set(), "the README's table lists keys the code refuses"
+    assert undocumented == set(), "the code accepts keys the page's table omits"
+    assert documented - accepted == set(), "the page's table lists keys the code refuses"
 
 
 def test_the_probe_sees_a_missing_row() -> None:

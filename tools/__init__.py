@@ -1,1 +1,2 @@
-"""Developer commands about the repository itself (not shipped): the package layout."""
+"""Developer commands about the repository itself, run from its root (not shipped): the package
+layout and the generated documentation."""

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.lib.closed_loop_report import Run
+from bench.lib.envelope import RunStart, with_run
 from bench.lib.percentile_sim import weighted_quantiles
 from exporter.config.values import SloConfig
 from exporter.replay.report import json_safe
@@ -171,7 +172,7 @@ RunBase = Callable[[str, bool, SloConfig | None, int], Run]
 
 
 def run_percentile_scenarios(
-    only: str | None, seeds: list[int], out: Path | None, run: RunBase
+    only: str | None, seeds: list[int], out: Path | None, begun: RunStart, run: RunBase
 ) -> None:
     """Every percentile scenario (or the one named `only`), its JSON written to `out`."""
     for pct in PERCENTILE_SCENARIOS:
@@ -183,7 +184,8 @@ def run_percentile_scenarios(
         )
         found["wall_s"] = time.perf_counter() - started
         if out is not None:
-            out.write_text(json.dumps(json_safe({"seeds": seeds, **found}), indent=1))
+            payload = with_run(begun, {"seeds": seeds, **found})
+            out.write_text(json.dumps(json_safe(payload), indent=1))
             print(f"wrote {out}")
 
 

@@ -38,6 +38,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.lib.envelope import start_run, with_run
 from bench.real_vllm import live_report
 from bench.real_vllm.live_probe import (
     CYCLE_PERIOD_S,
@@ -348,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=live_report.RESULTS_DIR)
     args = parser.parse_args(argv)
     stop_on_sigterm()
+    run_start = start_run()
     started = time.monotonic()
     prepare()
     LIVE_DIR.mkdir(parents=True, exist_ok=True)
@@ -388,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         rows=rows, loads=loads, probes=probes, checks=checks, config=config, variant=variant,
         phases=PHASES, rates=rates, startup_s=startup_s, wall_s=wall_s, seed=SEED,
     )
-    written = live_report.write(document, args.out_dir)
+    written = live_report.write(with_run(run_start, document), args.out_dir)
     print(f"wrote {', '.join(str(p) for p in written)} ({wall_s:.0f} s)")
     return 0
 

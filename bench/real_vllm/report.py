@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.lib.envelope import start_run, with_run
 from bench.real_vllm import attainment
 from bench.real_vllm.sweep import INPUT_LENGTHS, OUTPUT_LENGTHS, RESULTS_DIR, SWEEP_JSON
 from model import FitResult, Observation, ServerConfig, ServiceParams, fit
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", type=Path, default=SWEEP_JSON)
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
+    run_start = start_run()
     sweep = json.loads(args.sweep.read_text())
     points: list[dict[str, Any]] = sweep["points"]
     options = sweep["meta"]["server"]
@@ -218,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         "attainment": [attainment.to_json(a) for a in every],
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / FIT_JSON.name).write_text(json.dumps(document, indent=2) + "\n")
+    text = json.dumps(with_run(run_start, document), indent=2)
+    (args.out_dir / FIT_JSON.name).write_text(text + "\n")
     plot(args.out_dir / PLOT_PNG.name, folds, obs)
     labels = [f"{s[0]}/{s[1]} at {p['rate_fraction']:.0%}" for s, p in zip(shape_of, points,
                                                                              strict=True)]

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.lib.envelope import start_run, with_run
 from bench.real_vllm.prepare import prepare
 from bench.real_vllm.server import RunningServer, ServerOptions, stop_on_sigterm, vllm_server
 from exporter.base.clock import SystemClock
@@ -277,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="one output length and two rates: a smoke run of a few minutes")
     args = parser.parse_args(argv)
     stop_on_sigterm()
+    run_start = start_run()
     started = time.monotonic()
     prepared = prepare()
     outputs = OUTPUT_LENGTHS[:1] if args.quick else OUTPUT_LENGTHS
@@ -306,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "points": [asdict(p) for p in points],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    args.out.write_text(json.dumps(with_run(run_start, document), indent=2) + "\n")
     print(f"wrote {args.out} ({len(points)} points, {time.monotonic() - started:.0f} s)")
     return 0
 

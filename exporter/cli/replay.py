@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="time,rate rows (req/s), arrivals drawn on it with the length laws")
     p.add_argument("--config", type=input_file, required=True,
                    help="the sizer's config (the deployment as it would run), with an optional "
-                        "`replay:` section (README 'Try it on your own traffic')")
+                        "`replay:` section (docs/getting-started/replay.md)")
     p.add_argument("--deployment", help="the deployment to replay when the config has several")
     p.add_argument("--policy", type=_policies, default=",".join(n.value for n in PolicyName),
                    help="comma list of " + ", ".join(n.value for n in PolicyName))

@@ -9,6 +9,7 @@ import re
 import reprlib
 import socket
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -59,11 +60,32 @@ def describe(value: Any) -> str:
     return shorten(_SHORT.repr(value))
 
 
+@dataclass(frozen=True, slots=True)
+class KeyRule:
+    """One key as the reader checks it: where it is, what it must be, its default."""
+
+    path: str  # e.g. deployments[0].slo.ttft_ms
+    rule: str  # the message a bad value gets
+    default: Any  # None: not set
+    required: bool
+
+
 class KeyReader:
-    """Walks the YAML tree collecting one 'path: problem' line per bad key."""
+    """Walks the YAML tree collecting one 'path: problem' line per bad key. It also records each
+    key it checks (`rules`) and each section's allowed keys (`sections`): the table of keys,
+    rules and defaults the reference documentation is generated from."""
 
     def __init__(self) -> None:
         self.problems: list[str] = []
+        self.rules: dict[str, KeyRule] = {}
+        self.sections: dict[str, frozenset[str]] = {}
+
+    def note(
+        self, path: str, key: str, rule: str, default: Any = None, *, required: bool = False
+    ) -> None:
+        """Record the rule of a key, for keys checked without `get` or `required`."""
+        where = join_key(path, key)
+        self.rules.setdefault(where, KeyRule(where, rule, default, required))
 
     def error(self) -> ConfigError:
         """The ConfigError to raise: the first MAX_PROBLEMS_SHOWN problems and a count of the
@@ -77,6 +99,7 @@ class KeyReader:
         self.problems.append(f"{path or TOP_LEVEL}: {message}, got {describe(value)}")
 
     def mapping(self, node: Any, path: str, allowed: set[str]) -> Mapping[str, Any]:
+        self.sections.setdefault(path, frozenset(allowed))
         if node is None:
             return {}
         if not isinstance(node, Mapping):
@@ -100,6 +123,7 @@ class KeyReader:
         message: str,
         default: T,
     ) -> T:
+        self.note(path, key, message, default)
         if key not in node or node[key] is None:
             return default
         value = check(node[key])
@@ -116,6 +140,7 @@ class KeyReader:
         check: Callable[[Any], T | None],
         message: str,
     ) -> T | None:
+        self.note(path, key, message, required=True)
         if key not in node or node[key] is None:
             self.problems.append(f"{join_key(path, key)}: is required ({message})")
             return None

@@ -63,9 +63,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def parse_config(data: Any) -> Config:
-    """Validate a parsed YAML document; raises ConfigError listing every problem."""
-    r = KeyReader()
+def parse_config(data: Any, reader: KeyReader | None = None) -> Config:
+    """Validate a parsed YAML document; raises ConfigError listing every problem. `reader`
+    (default: a new one) keeps the problems and the rules of the keys it checked."""
+    r = KeyReader() if reader is None else reader
     top = r.mapping(
         data,
         "",
@@ -79,6 +80,7 @@ def parse_config(data: Any) -> Config:
             "deployments",
         },
     )
+    r.note("", "deployments", "a non-empty list of deployments", required=True)
     if data is None:
         r.problems.append("(document): is empty; expected a mapping with a `deployments` list")
     period = r.get(
@@ -299,6 +301,12 @@ def _source(
         f"must be a number > 0 and <= {MAX_TIMEOUT_S:g} (seconds)",
         DEFAULT_SCRAPE_TIMEOUT_S,
     )
+    for key, rule in (
+        ("scrape_urls", "must be a non-empty list of http(s) URLs"),
+        ("scrape_service", "an http:// URL whose host is a headless Service name"),
+        ("prometheus_selector", "a PromQL label selector such as '{namespace=\"x\"}'"),
+    ):
+        r.note(path, key, f"{rule} (exactly one of the three)")
     if "scrape_urls" in m:
         urls = m["scrape_urls"]
         if not isinstance(urls, list) or not urls or any(http_url(u) is None for u in urls):

@@ -107,9 +107,11 @@ def _architecture(r: KeyReader, node: Any, path: str) -> ArchitectureSpec | None
 
 def accelerator_preset(r: KeyReader, node: Any, path: str) -> Accelerator | None:
     """An accelerator preset name, or None when the key is absent."""
+    names = tuple(a.value for a in Accelerator)
+    parent, _, key = path.rpartition(".")
+    r.note(parent, key, f"must be one of {', '.join(names)}")
     if node is None:
         return None
-    names = tuple(a.value for a in Accelerator)
     if node not in names:
         r.fail(path, f"must be one of {', '.join(names)}", node)
         return None

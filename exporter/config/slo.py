@@ -75,12 +75,13 @@ def _section(
     r: KeyReader, node: Any, path: str, metric: LatencyMetric
 ) -> tuple[float | None, tuple[PercentileTarget, ...]]:
     """A metric's mean target and its percentile targets, ordered by percentile."""
-    if node is None:
-        return None, ()
     if not isinstance(node, Mapping):
-        r.fail(path, "must be a mapping", node)
+        if node is not None:
+            r.fail(path, "must be a mapping", node)
         return None, ()
     fixed = {"mean_ms", "kind"} if metric is not LatencyMetric.TTFT else {"mean_ms"}
+    r.sections.setdefault(path, frozenset(fixed | {PERCENTILE_KEYS}))
+    r.note(path, PERCENTILE_KEYS, f"{TARGET_RULE}, NN from p50 to p99.9 (one decimal at most)")
     targets: dict[float, PercentileTarget] = {}
     for key, value in node.items():
         if key in fixed:

@@ -13,7 +13,7 @@ AverageValue (Kubernetes `pkg/controller/podautoscaler`, autoscaling/v2 `behavio
 
 Two behaviours are predefined: Kubernetes' defaults (tolerance 10 %, scale-down stabilization
 300 s, up by 100 % or 4 pods per 15 s, down by 100 % per 15 s) and the one the shipped
-ScaledObject sets for the sizer's gauge (README "Scaling with KEDA": tolerance 0, no
+ScaledObject sets for the sizer's gauge (docs/operate/keda-hpa.md: tolerance 0, no
 stabilization, any step up to max_replicas at once). The HPA acts once per replay window.
 """
 

@@ -127,7 +127,8 @@ def test_smoothed_cvs_move_the_slo_capacity_less_than_5_percent_per_cycle(
     run_name: str, request: pytest.FixtureRequest
 ) -> None:
     # At the shape's true means, so that only the measured CVs move the capacity: the target
-    # is twice the light-load TTFT. (The window means move it too: see the README.)
+    # is twice the light-load TTFT. (The window means move it too: see
+    # docs/validation/traffic-shape.md.)
     run: Run = request.getfixturevalue(run_name)
     dep = deployment()
     target = 2.0 * float(analyze(LLAMA, SERVER, SHAPE, 0.01).ttft_ms)

@@ -1,0 +1,50 @@
+"""docs/development/modules/: every module of model/, exporter/, bench/ and tools/ with the first
+line of its docstring, one page per top-level folder."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tools.docs_gen.config_keys import HEADER
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPS = {
+    "model": "pure math: the queueing model, calibration, the simulator (no I/O, clock or logging)",
+    "exporter": "everything with I/O, by layer: base < config < collector < sizing < daemon < "
+    "replay < cli, and testbed < replay",
+    "bench": "benchmarks (entry points at the top) and their helpers",
+    "tools": "maintenance tools, such as this page's generator",
+}
+FOLDER = "docs/development/modules"
+SKIPPED = ("bench/baseline",)  # a frozen copy of the model for the speed benches
+
+
+def summary(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first = " ".join(doc.split("\n\n")[0].split())
+    return first.replace("|", "\\|") or "(no docstring)"
+
+
+def pages() -> dict[str, str]:
+    out: dict[str, str] = {}
+    index = [
+        HEADER,
+        "# Module map",
+        "",
+        "Every module with the first paragraph of its docstring, read from the code.",
+        "`tests/` mirrors `model/` and `exporter/`.",
+        "",
+    ]
+    for top, about in TOPS.items():
+        lines = [HEADER, f"# `{top}/`", "", about[:1].upper() + about[1:] + ".", ""]
+        lines += ["| module | what it is |", "|---|---|"]
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(SKIPPED) or "__pycache__" in rel:
+                continue
+            lines.append(f"| `{rel}` | {summary(path)} |")
+        out[f"{FOLDER}/{top}.md"] = "\n".join(lines) + "\n"
+        index.append(f"- [`{top}/`]({top}.md): {about}")
+    out[f"{FOLDER}/index.md"] = "\n".join(index) + "\n"
+    return out
