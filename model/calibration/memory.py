@@ -1,6 +1,7 @@
 """What a tuner remembers besides its window: per parameter the last value the data identified
 (the prior's first choice of centre), which parameters the published estimate took from data,
-and the counts the confidence reads (updates held, updates since a detected change)."""
+and what the confidence reads (updates held, updates since a detected change, the newest
+next-window errors)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from model.calibration.prior import LOG_SIGMAS, CentreSource, Prior
-from model.calibration.trust import confidence, robust_bias, window_error
+from model.calibration.trust import (
+    HELD_OUT_HISTORY,
+    FloatArray,
+    confidence,
+    held_out_error,
+    robust_bias,
+)
 from model.queueing.params import ServiceParams
-from model.queueing.validation import require_int_at_least, require_positive
+from model.queueing.validation import (
+    require_int_at_least,
+    require_non_negative,
+    require_positive,
+)
 
 # Between two windows of steady traffic the parameters move by about this much (one standard
 # deviation of log(theta)): the prior that keeps the published capacity from flapping.
@@ -38,6 +48,8 @@ class CalibrationMemory:
     held: int = 0
     since_change: int | None = None
     open_at_change: tuple[bool, bool, bool] = (False, False, False)  # not identified then
+    held_out: list[float] = field(default_factory=list)  # newest next-window errors, oldest first
+    tested: int = 0  # next windows predicted since the first estimate
 
     def prior(
         self,
@@ -92,13 +104,17 @@ class CalibrationMemory:
                 self.anchor[k] = value
         self.held = 0
 
-    def changed(self, params: ServiceParams) -> None:
+    def changed(self, params: ServiceParams, kept: int = 0) -> None:
         """A change was detected: the estimate before it becomes every parameter's centre. The
         few new points then move what they pin (alpha after a new engine's overhead) and leave
         the rest where it was, instead of at the generic centre (which a single shape could
-        then trade against what it pins: alpha up, gamma down, the ITL curve flattened)."""
+        then trade against what it pins: alpha up, gamma down, the ITL curve flattened). The
+        next-window errors of the `kept` newest points (those since the change) measured the
+        change, not the estimate that follows it: they leave the record (the change's own
+        factor stands for them)."""
         self.anchor = list(params.as_tuple())
         self.since_change = 0
+        self.held_out = self.held_out[: max(len(self.held_out) - kept, 0)]
         known = self.identified
         self.open_at_change = (not known[0], not known[1], not known[2])
 
@@ -110,15 +126,23 @@ class CalibrationMemory:
         if self.since_change is not None:
             self.since_change += 1
 
-    def confidence(
-        self, has_estimate: bool, errors: NDArray[np.float64] | None, settle: int
-    ) -> float:
-        """Calibration confidence 0-1 of an estimate with these window errors."""
-        bias = None if errors is None else robust_bias(errors)
+    def record_held_out(self, innovation: FloatArray, window_errors: FloatArray | None) -> None:
+        """A new point's relative errors under the estimate made without it, judged after the
+        median bias of that estimate's window (`trust.held_out_error`); a window the estimate
+        calls saturated, which the replica served without a growing queue, errs infinitely."""
+        bias = None if window_errors is None else robust_bias(window_errors)
+        error = held_out_error(innovation, bias)
+        self.held_out = [*self.held_out, error][-HELD_OUT_HISTORY:]
+        self.tested += 1
+
+    def confidence(self, has_estimate: bool, loads_spread: bool, settle: int) -> float:
+        """Calibration confidence 0-1 of the estimate (`trust.confidence`)."""
         return confidence(
             has_estimate=has_estimate,
-            identified=sum(self.identified),
-            error=float("inf") if errors is None or bias is None else window_error(errors, bias),
+            all_identified=all(self.identified),
+            loads_spread=loads_spread,
+            held_out=np.array(self.held_out, dtype=float),
+            tested=self.tested,
             held_updates=self.held,
             since_change=self.since_change,
             settle=settle,
@@ -131,6 +155,8 @@ class CalibrationMemory:
             "held": self.held,
             "since_change": self.since_change,
             "open_at_change": list(self.open_at_change),
+            "held_out": [e if math.isfinite(e) else None for e in self.held_out],
+            "tested": self.tested,
         }
 
     @classmethod
@@ -154,6 +180,9 @@ class CalibrationMemory:
         opened = [bool(v) for v in data.get("open_at_change", (False, False, False))]
         if len(opened) != 3:
             raise ValueError(f"`open_at_change` must be 3 flags, got {data['open_at_change']!r}")
+        held_out = data.get("held_out", [])
+        if not isinstance(held_out, list):
+            raise ValueError(f"`held_out` must be a list of numbers or nulls, got {held_out!r}")
         return cls(
             anchor=[
                 None if v is None else require_positive(f"anchor[{k}]", v)
@@ -163,4 +192,9 @@ class CalibrationMemory:
             held=require_int_at_least("held", data["held"], 0),
             since_change=None if since is None else require_int_at_least("since_change", since, 0),
             open_at_change=(opened[0], opened[1], opened[2]),
+            held_out=[
+                math.inf if e is None else require_non_negative(f"held_out[{k}]", e)
+                for k, e in enumerate(held_out[-HELD_OUT_HISTORY:])
+            ],
+            tested=require_int_at_least("tested", data.get("tested", len(held_out)), 0),
         )

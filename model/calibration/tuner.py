@@ -201,10 +201,9 @@ class Tuner:
         return self._memory.identified
 
     def confidence(self) -> float:
-        """Calibration confidence 0-1 (formula in `model.calibration.trust`)."""
-        return self._memory.confidence(
-            self._params is not None, self._window_errors(), self.min_observations
-        )
+        """Calibration confidence 0-1 (`model.calibration.trust`; docs/concepts/confidence.md)."""
+        spread, settle = self._curve.loads_spread, self.min_observations
+        return self._memory.confidence(self._params is not None, spread, settle)
 
     def current_prior(self) -> Prior:
         """The prior of the next fit: on steady traffic, a narrow one around the estimate;
@@ -235,6 +234,8 @@ class Tuner:
             None if params is None else innovate(observation, params, self.server, self.options)
         )
         skip = self._skip_reason(observation, innovation)
+        if innovation is not None and skip is not SkipReason.QUEUE_GROWING:
+            memory.record_held_out(innovation.errors, self._window_errors())
         if skip is not None:
             self._skipped[skip] += 1
             memory.held += self._params is not None
@@ -279,7 +280,7 @@ class Tuner:
         if keep is not None:
             self._window = deque(window[-keep:], maxlen=self.window_size)
             self._curve.restart(self._window)
-            self._memory.changed(self._watch.judged_by(keep) or self._params)
+            self._memory.changed(self._watch.judged_by(keep) or self._params, keep)
             self._watch.reset()
 
     def _skip_reason(self, obs: Observation, fitted: Innovation | None) -> SkipReason | None:
