@@ -206,9 +206,8 @@ class Tuner:
         return self._memory.confidence(self._params is not None, spread, settle)
 
     def current_prior(self) -> Prior:
-        """The prior of the next fit: on steady traffic, a narrow one around the estimate;
-        cold, seeded or after a detected change, per parameter centred on the last value the
-        data identified, else the seed, else `prior` (`CalibrationMemory.prior`)."""
+        """The prior of the next fit: narrow around the estimate on steady traffic, else per
+        parameter on the last value identified, the seed, or `prior` (`CalibrationMemory.prior`)."""
         recovering, bounds = self._recovering(), (self.lower_bounds, self.upper_bounds)
         steady = None if self._fit_count == 0 or recovering else self._params
         return self._memory.prior(self.prior, self.initial, bounds, steady, recovering=recovering)
