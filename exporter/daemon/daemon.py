@@ -214,6 +214,7 @@ class Daemon:
         decision = runtime.recommender.decide(
             now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
+            evidence=runtime.tuner.window,
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)
