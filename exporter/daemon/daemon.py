@@ -35,12 +35,8 @@ from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, Snapshot
 from exporter.daemon.log_lines import FailureStreaks, log_unexpected
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
-from exporter.sizing.recommender import (
-    Decision,
-    Recommender,
-    saturated,
-    slo_headroom_ratio,
-)
+from exporter.sizing.evidence import extrapolation_ratio
+from exporter.sizing.recommender import Decision, Recommender, saturated, slo_headroom_ratio
 from exporter.sizing.traffic import model_inputs, used_cvs
 from exporter.sizing.what_if import WhatIf, what_if
 from model import Observation, TunerReason
@@ -311,7 +307,7 @@ class Daemon:
         dep, obs = runtime.config, runtime.observation
         decision = runtime.recommender.last
         assert decision is not None  # run_cycle publishes only deployments with a decision
-        fit = runtime.tuner.last_fit
+        fit, window = runtime.tuner.last_fit, runtime.tuner.window
         return DeploymentStatus(
             deployment=dep.name,
             model_name=dep.model_name,
@@ -334,6 +330,7 @@ class Daemon:
             traffic=runtime.traffic.shape,
             kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
             calibration_confidence=runtime.tuner.confidence(),
+            extrapolation_ratio=extrapolation_ratio(decision.max_rate_per_replica_rps, window),
             identified=None if runtime.params is None else runtime.tuner.identified,
             slo_percentiles=dep.slo.percentiles,
             observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
@@ -388,7 +385,7 @@ class Daemon:
         count = replicas or (last.current_replicas if last and last.current_replicas else 1)
         return what_if(
             runtime.config, params, workload, runtime.tuner.bias(), rate_rps, count, quantiles,
-            runtime.inputs,
+            runtime.inputs, runtime.tuner.window,
         )
 
     # -- persistence -----------------------------------------------------------------------

@@ -16,6 +16,10 @@ within its own noise of the target and says neither). Then:
   policy, not a measurement (how far latency falls with load depends on the part of it no
   load changes): it bounds the step from the current count; a higher model figure stands;
 - saturation is not below a rate served without a growing queue (every point of the window).
+A claim at a per-replica rate outside the points' rates is an extrapolation; how far
+(`extrapolation_ratio`) is exported and answered with every what-if, and above the highest
+rate a predicted latency is not below what the highest point measured (less its noise):
+latency does not fall as load rises, whatever a fit at lower loads extrapolates.
 A model capacity outside the envelope is moved to its edge and the count sized from that; the
 decision's reason then says `evidence_bound`.
 """
@@ -34,6 +38,9 @@ from model.calibration.observation import Observation
 
 NOISE_MARGIN = 0.1
 OVERLOAD_POINTS = 3
+# A claim this far outside the observed rates (as a ratio) is flagged extrapolated; inside it,
+# a window's own rate noise covers the distance.
+EXTRAPOLATED_RATIO = 1.0 + NOISE_MARGIN
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +54,9 @@ class Envelope:
     stable_rps: float | None  # the highest rate served without a growing queue
     low_rps: float | None  # the lowest rate of any point
     high_rps: float | None  # the highest rate of any point
+    # Measured at the highest rate, less NOISE_MARGIN (ms): what a higher load is not below.
+    top_ttft_ms: float | None = None
+    top_itl_ms: float | None = None
 
     def capacity(self, model_rps: float) -> float:
         """`model_rps` moved into the envelope (the missed bound wins a crossing)."""
@@ -56,6 +66,15 @@ class Envelope:
         )
         capacity = model_rps if floor is None else max(model_rps, floor)
         return capacity if self.missed_rps is None else min(capacity, self.missed_rps)
+
+    def extrapolation_ratio(self, rate_rps: float | None) -> float | None:
+        """How far `rate_rps` lies outside the points' rates: rate / highest above them,
+        lowest / rate below them, 1 within; None without a rate or points."""
+        if rate_rps is None or self.low_rps is None or self.high_rps is None:
+            return None
+        if rate_rps > self.high_rps:
+            return rate_rps / self.high_rps
+        return self.low_rps / rate_rps if 0 < rate_rps < self.low_rps else 1.0
 
     def saturation(self, model_rps: float) -> float:
         """`model_rps`, but not below a rate served stably."""
@@ -95,6 +114,7 @@ def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
     """The envelope of `points` (oldest first) against the mean targets of `slo`."""
     ttft_ms, itl_ms = slo.ttft_ms, slo.itl_ms
     rates = [p.rate_rps for p in points]
+    top = max(points, key=lambda p: p.rate_rps, default=None)
     ratios = [overshoot(p, ttft_ms, itl_ms) for p in points]
     stable = [r for p, r in zip(points, rates, strict=True) if not p.queue_growing]
     newest = [
@@ -109,6 +129,8 @@ def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
         stable_rps=max(stable, default=None),
         low_rps=min(rates, default=None),
         high_rps=max(rates, default=None),
+        top_ttft_ms=None if top is None else top.ttft_ms * (1.0 - NOISE_MARGIN),
+        top_itl_ms=None if top is None else top.itl_ms * (1.0 - NOISE_MARGIN),
     )
 
 
@@ -125,3 +147,18 @@ def bounded(outlook: Forecast, sizing_rate_rps: float, env: Envelope) -> Bounded
         )
     needed = max(1, math.ceil(sizing_rate_rps / capacity - 1e-9))
     return Bounded(replicas=needed, capacity_rps=capacity, saturation_rps=saturation, bound=True)
+
+
+def latency_floor_ms(
+    rate_rps: float, ttft_ms: float, itl_ms: float, env: Envelope
+) -> tuple[float, float]:
+    """Predicted (TTFT, ITL) at a per-replica `rate_rps`, not below what the highest point
+    measured (less its noise) when the rate is above it."""
+    if env.high_rps is None or rate_rps <= env.high_rps:
+        return ttft_ms, itl_ms
+    return max(ttft_ms, env.top_ttft_ms or 0.0), max(itl_ms, env.top_itl_ms or 0.0)
+
+
+def extrapolation_ratio(rate_rps: float | None, points: Sequence[Observation]) -> float | None:
+    """`Envelope.extrapolation_ratio` of `points` (no targets needed)."""
+    return envelope(points, SloConfig()).extrapolation_ratio(rate_rps)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter.config.values import DeploymentConfig
+from exporter.sizing.evidence import EXTRAPOLATED_RATIO, bounded, envelope, latency_floor_ms
 from exporter.sizing.forecast import forecast
 from exporter.sizing.slo_targets import (
     BindingTarget,
@@ -15,7 +17,14 @@ from exporter.sizing.slo_targets import (
     percentile_label,
 )
 from exporter.sizing.traffic import ModelInputs
-from model import LatencyMetric, LatencyQuantiles, ServiceParams, Workload, latency_quantiles
+from model import (
+    LatencyMetric,
+    LatencyQuantiles,
+    Observation,
+    ServiceParams,
+    Workload,
+    latency_quantiles,
+)
 from model.calibration.trust import ModelBias
 
 S_PER_MS = 1e-3
@@ -44,6 +53,16 @@ class WhatIf:
     # The configured percentile targets' percentiles at the per-replica rate (no bias factor).
     targets: tuple[PredictedPercentile, ...] = ()
     quantiles: LatencyQuantiles | None = None  # the percentiles the query asked for
+    # The per-replica rates the calibration's windows observed (None: none), and how far the
+    # per-replica rate lies outside them (1 within; `exporter.sizing.evidence`).
+    observed_rps: tuple[float, float] | None = None
+    extrapolation_ratio: float | None = None
+
+    @property
+    def extrapolated(self) -> bool:
+        """The prediction is made beyond the observed rates (or with none observed)."""
+        ratio = self.extrapolation_ratio
+        return ratio is None or ratio > EXTRAPOLATED_RATIO
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe, in seconds; an unstable prediction's latencies are null."""
@@ -63,6 +82,11 @@ class WhatIf:
             "percentile_targets": [_target(p) for p in self.targets],
             "percentiles": _quantiles(self.quantiles),
             "params_seconds": {k.removesuffix("_ms"): v * S_PER_MS for k, v in self.params.items()},
+            "extrapolated": self.extrapolated,
+            "extrapolation_ratio": self.extrapolation_ratio,
+            "observed_rate_per_replica_requests_per_second": None
+            if self.observed_rps is None
+            else {"low": self.observed_rps[0], "high": self.observed_rps[1]},
         }
 
 
@@ -75,15 +99,23 @@ def what_if(
     replicas: int,
     quantiles: tuple[float, ...],
     inputs: ModelInputs | None = None,
+    evidence: Sequence[Observation] = (),
 ) -> WhatIf:
     """The bias-corrected model at a total rate (req/s) on `replicas`, with the model's
-    percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`."""
+    percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`; capacity,
+    saturation, count and latencies within what the `evidence` windows (per replica) show
+    (`exporter.sizing.evidence`)."""
     per_replica = rate_rps / replicas
     inputs = inputs or ModelInputs(dep.model, dep.server)
     outlook = forecast(
         dep, params, workload, bias, size_for_rps=rate_rps, per_replica_rps=per_replica,
         inputs=inputs,
     )  # fmt: skip
+    env = envelope(evidence, dep.slo)
+    checked = bounded(outlook, rate_rps, env)
+    ttft_ms, itl_ms = latency_floor_ms(per_replica, outlook.ttft_ms, outlook.itl_ms, env)
+    low, high = env.low_rps, env.high_rps
+    observed = None if low is None or high is None else (low, high)
     asked = None
     if quantiles:
         asked = latency_quantiles(
@@ -94,17 +126,19 @@ def what_if(
         total_rate_rps=rate_rps,
         replicas=replicas,
         per_replica_rate_rps=per_replica,
-        ttft_ms=outlook.ttft_ms,
-        itl_ms=outlook.itl_ms,
+        ttft_ms=ttft_ms,
+        itl_ms=itl_ms,
         stable=outlook.stable,
-        max_rate_per_replica_rps=outlook.plan.capacity.rate_rps,
-        saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
-        replicas_needed=outlook.plan.replicas,
+        max_rate_per_replica_rps=checked.capacity_rps,
+        saturation_rate_per_replica_rps=checked.saturation_rps,
+        replicas_needed=checked.replicas,
         feasible=outlook.plan.capacity.feasible,
         params=params.to_dict(),
         binding_target=binding_target(outlook.plan.capacity),
         targets=outlook.percentiles,
         quantiles=asked,
+        observed_rps=observed,
+        extrapolation_ratio=env.extrapolation_ratio(per_replica),
     )
 
 

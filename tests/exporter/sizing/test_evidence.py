@@ -11,6 +11,7 @@ import pytest
 from exporter.config.values import SloConfig
 from exporter.sizing.evidence import NOISE_MARGIN, envelope, missed, overshoot, served
 from exporter.sizing.recommender import Reason, Recommender
+from exporter.sizing.what_if import what_if
 from model import Observation, ServiceParams
 from tests.exporter.sizing.test_recommender import SHAPE, deployment, observation
 
@@ -113,3 +114,27 @@ def test_windows_that_agree_with_the_model_leave_it_alone() -> None:
         0.0, observation(20.0, 3), truth, SHAPE, evidence=points
     )
     assert plain == checked and plain.reason is not Reason.EVIDENCE_BOUND
+
+
+def test_a_what_if_beyond_the_observed_rates_says_so_and_is_not_below_them() -> None:
+    points = [point(4.0, 30.0, 14.0), point(5.0, 35.0, 15.0), point(6.0, 48.0, 17.0)]
+    dep = deployment(max_replicas=8)
+    truth = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+    inside = what_if(dep, truth, SHAPE, None, 10.0, 2, (), evidence=points)
+    assert not inside.extrapolated and inside.extrapolation_ratio == 1.0
+    body = inside.to_json()
+    assert body["extrapolated"] is False
+    assert body["observed_rate_per_replica_requests_per_second"] == {"low": 4.0, "high": 6.0}
+    # One replica at 9 req/s: 1.5x the highest rate observed. A fit far too fast (alpha /
+    # 10) would promise a TTFT below what 6 req/s already measured; the answer is not below it.
+    fast = ServiceParams(0.668, 2.01e-3, 5.52e-6)
+    beyond = what_if(dep, fast, SHAPE, None, 9.0, 1, (), evidence=points)
+    assert beyond.extrapolated and beyond.extrapolation_ratio == pytest.approx(1.5)
+    assert beyond.ttft_ms >= 48.0 * (1 - NOISE_MARGIN) and beyond.itl_ms >= 17.0 * 0.9
+    assert beyond.to_json()["extrapolated"] is True
+    below = what_if(dep, truth, SHAPE, None, 2.0, 1, (), evidence=points)
+    assert below.extrapolated and below.extrapolation_ratio == pytest.approx(2.0)
+    # Nothing observed: every answer is an extrapolation.
+    blind = what_if(dep, truth, SHAPE, None, 2.0, 1, ())
+    assert blind.extrapolated and blind.extrapolation_ratio is None
+    assert blind.to_json()["observed_rate_per_replica_requests_per_second"] is None
