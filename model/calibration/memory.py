@@ -28,8 +28,11 @@ from model.queueing.validation import (
 )
 
 # Between two windows of steady traffic the parameters move by about this much (one standard
-# deviation of log(theta)): the prior that keeps the published capacity from flapping.
-STEADY_LOG_SIGMA = 0.1
+# deviation of log(theta)): the prior that keeps the published capacity from flapping. At 0.1,
+# single-shape 30 s windows with twice the H100 grid's per-point noise moved the capacity 6.1 %
+# (p90) from one cycle to the next; at 0.05 with the smoothed bias (BIAS_WEIGHT) 4.1 %. A
+# detected change drops it until the window is full again, so it does not slow the following.
+STEADY_LOG_SIGMA = 0.05
 # Right after a detected change, the estimate before it is every parameter's centre: at
 # ESTIMATE_LOG_SIGMA for a parameter the data identified, so the few new points move it as far
 # as they show (alpha after a new engine's overhead, every parameter after a faster one), and
@@ -37,6 +40,10 @@ STEADY_LOG_SIGMA = 0.1
 # being traded against the rest (three points of 128 / 2048 tokens took gamma to 1/8 of the
 # truth and the published capacity to 2.8x the new truth's at ESTIMATE_LOG_SIGMA).
 CHANGE_LOG_SIGMA = 0.3
+# The median bias sizing corrects by moves with each window's noise (a median of ten noisy
+# points): each cycle's value is this share of the new median and the rest of the last
+# cycle's, started afresh at a detected change (bench/tuner_robustness.py, noisy single shape).
+BIAS_WEIGHT = 0.5
 
 
 @dataclass(slots=True)
@@ -50,6 +57,9 @@ class CalibrationMemory:
     open_at_change: tuple[bool, bool, bool] = (False, False, False)  # not identified then
     held_out: list[float] = field(default_factory=list)  # newest next-window errors, oldest first
     tested: int = 0  # next windows predicted since the first estimate
+    cycles: int = 0  # cycles seen (`tick`); not saved: a restored tuner starts its smoothing
+    # The smoothed bias and the cycle it is of (None: none yet, or a change since)
+    smoothed: tuple[int, tuple[float, float]] | None = None
 
     def prior(
         self,
@@ -86,7 +96,7 @@ class CalibrationMemory:
                     centre[k], precision[k] = here, narrow
                 else:
                     total = precision[k] + narrow
-                    centre[k] = (precision[k] * centre[k] + narrow * here) / total
+                    centre[k] += narrow / total * (here - centre[k])  # exact at here
                     precision[k] = total
         low, high = (np.log(np.array(b.as_tuple())) for b in bounds)
         inside = np.exp(np.clip(centre, low, high))
@@ -113,7 +123,7 @@ class CalibrationMemory:
         change, not the estimate that follows it: they leave the record (the change's own
         factor stands for them)."""
         self.anchor = list(params.as_tuple())
-        self.since_change = 0
+        self.since_change, self.smoothed = 0, None
         self.held_out = self.held_out[: max(len(self.held_out) - kept, 0)]
         known = self.identified
         self.open_at_change = (not known[0], not known[1], not known[2])
@@ -123,8 +133,24 @@ class CalibrationMemory:
         recovery from a detected change lasts that many cycles, not points: counting points
         alone kept the confidence low for as long as none came, which kept them away when the
         hand-over to the reactive count churned pods every window (bench/replay_trace)."""
+        self.cycles += 1
         if self.since_change is not None:
             self.since_change += 1
+
+    def smooth_bias(self, median: tuple[float, float]) -> tuple[float, float]:
+        """This cycle's bias from the window's median (BIAS_WEIGHT of it, the rest the last
+        cycle's smoothed value); the same for every call within a cycle."""
+        if self.smoothed is not None and self.smoothed[0] == self.cycles:
+            return self.smoothed[1]
+        last = self.smoothed
+        value = median
+        if last is not None and last[0] == self.cycles - 1:
+            value = (
+                BIAS_WEIGHT * median[0] + (1.0 - BIAS_WEIGHT) * last[1][0],
+                BIAS_WEIGHT * median[1] + (1.0 - BIAS_WEIGHT) * last[1][1],
+            )
+        self.smoothed = (self.cycles, value)
+        return value
 
     def record_held_out(self, innovation: FloatArray, window_errors: FloatArray | None) -> None:
         """A new point's relative errors under the estimate made without it, judged after the

@@ -184,7 +184,7 @@ class Tuner:
         load = None if curve is not None else itl_load_bias(
             list(self._window), self._params, self.server, self.options
         )  # fmt: skip
-        return ModelBias(median[0], median[1], load, curve)
+        return ModelBias(*self._memory.smooth_bias(median), load, curve)
 
     @property
     def itl_curve(self) -> ServiceParams | None:
