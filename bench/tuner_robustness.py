@@ -9,7 +9,12 @@ loop's: 1024/512 tokens (TTFT 50 ms, ITL 25 ms) and 128/2048 (TTFT 200 ms, ITL 1
 - cold: no initial parameters; seeded: initial parameters 2x off in beta and gamma;
 - alpha x1.5 and "decodes 10 % faster" (every parameter / 1.1): a cold run whose second hour
   is served by the changed replica (a rollout: it starts empty);
-- spikes: the cold run's windows with two 10x TTFT windows injected (windows 100 and 102).
+- spikes: the cold run's windows with two 10x TTFT windows injected (windows 100 and 102);
+- noisy single shape: the cold run's windows (110-260 requests each at 1024/512) with
+  lognormal per-window noise on the observed rate, token means and mean latencies at
+  NOISE_SCALE x the H100 grid's per-point levels (bench/lib/single_shape.GRID_NOISE: rate 1.5 %,
+  input 1.5 %, output 1.0 %, TTFT 5.9 %, ITL 1.0 %), on top of the windows' own sampling noise.
+  NOISE_SCALE = 2 is where the code before the smoothed bias showed a p90 move >= 6 % (6.1 %).
 "Truth" is measured on the simulator: mean TTFT and ITL at constant loads 0.1-0.95 of
 saturation (three 10-minute runs per load, the first 2 minutes of each left out), and the
 truth's SLO capacity is where the first measured mean crosses its target (linear interpolation
@@ -49,6 +54,7 @@ from bench.lib.closed_loop_report import Scenario  # noqa: E402
 from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.lib.single_shape import (  # noqa: E402
     WINDOW_S,
+    noisy,
     saturation_rate_rps,
     shifted,
     simulate_windows,
@@ -81,6 +87,7 @@ TRUTH_RUNS = 3
 SPIKE_AT = 5 / 12  # of the run: windows 100 and 102 of two hours
 SETTLE = 5  # windows after the start and after a change left out of the stability figure
 SEED = 20263
+NOISE_SCALE = 2.0
 
 
 @dataclass(slots=True)
@@ -258,6 +265,8 @@ def run_scenario(scenario: Scenario, duration_s: float) -> dict[str, Any]:
         assert obs.ttft_ms is not None
         spiked[k] = replace(spiked[k], observation=replace(obs, ttft_ms=10 * obs.ttft_ms))
     runs["two 10x TTFT spikes"] = drive(scenario, spiked, None, ref_rps)
+    noised = noisy(views, np.random.default_rng(SEED + 7), NOISE_SCALE)
+    runs["noisy single shape"] = drive(scenario, noised, None, ref_rps)
     half = len(views) // 2
     changed_truth: dict[str, Truth] = {}
     controls: dict[str, dict[str, list[Any]]] = {}

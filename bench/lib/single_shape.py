@@ -92,3 +92,35 @@ def shifted(views: list[WindowView], offset_s: float) -> list[WindowView]:
         )
         for v in views
     ]
+
+
+# Per-window measurement noise of the H100 grid (../shared/data/paper-grid/h100-grid.csv): the
+# robust standard deviation (1.4826 x MAD) of its points' relative deviations, the lengths from
+# their sweep's nominal, the latencies from a smooth curve (second differences of log latency
+# over the lower half of each sweep's loads, / sqrt(6)); the rate's is taken as the input
+# length's. Each is multiplied by `scale` in `noisy` (the bench states the scale it uses).
+GRID_NOISE = {"rate": 0.015, "input": 0.015, "output": 0.010, "ttft": 0.059, "itl": 0.010}
+
+
+def noisy(views: list[WindowView], rng: np.random.Generator, scale: float) -> list[WindowView]:
+    """The views with lognormal per-window noise of GRID_NOISE x `scale` on the observed rate,
+    token means and mean latencies, on top of the simulated windows' own sampling noise."""
+    out = []
+    for view in views:
+        obs = view.observation
+        if obs.ttft_ms is None or obs.itl_ms is None or obs.avg_input_tokens is None:
+            out.append(view)
+            continue
+        f = {k: float(np.exp(scale * s * rng.standard_normal())) for k, s in GRID_NOISE.items()}
+        noisy_obs = replace(
+            obs,
+            arrival_rate_rps=obs.arrival_rate_rps * f["rate"],
+            avg_input_tokens=obs.avg_input_tokens * f["input"],
+            avg_output_tokens=None
+            if obs.avg_output_tokens is None
+            else max(obs.avg_output_tokens * f["output"], 1.0),
+            ttft_ms=obs.ttft_ms * f["ttft"],
+            itl_ms=obs.itl_ms * f["itl"],
+        )
+        out.append(replace(view, observation=noisy_obs))
+    return out

@@ -37,12 +37,8 @@ from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, Snapshot
 from exporter.daemon.log_lines import FailureStreaks, log_unexpected
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
-from exporter.sizing.recommender import (
-    Decision,
-    Recommender,
-    saturated,
-    slo_headroom_ratio,
-)
+from exporter.sizing.evidence import extrapolation_ratio, with_past_misses
+from exporter.sizing.recommender import Decision, Recommender, saturated, slo_headroom_ratio
 from exporter.sizing.traffic import model_inputs, used_cvs
 from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
 from model import Observation, TunerReason
@@ -222,11 +218,12 @@ class Daemon:
         shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
         runtime.inputs = model_inputs(dep, shape, runtime.workload)
         self._tune(runtime, obs)
-        estimate = runtime.tuner.estimate()
+        estimate, handover = runtime.tuner.estimate(), runtime.handover()
+        evidence = with_past_misses(estimate.window, runtime.evidence, dep.slo)
         decision = runtime.recommender.decide(
             now_s, obs, estimate.params, runtime.workload, estimate.bias, runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
-            handover=runtime.handover(),
+            handover=handover, evidence=evidence,
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)
@@ -282,6 +279,7 @@ class Daemon:
             runtime.tuner.idle()
         else:
             runtime.tuner.update(point)
+            runtime.evidence.append(point)
 
     def _point(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> Observation | None:
         """The window as a tuner point, or None when it is not one to fit."""
@@ -336,6 +334,9 @@ class Daemon:
             traffic=runtime.traffic.shape,
             kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
             calibration_confidence=estimate.confidence,
+            extrapolation_ratio=extrapolation_ratio(
+                decision.max_rate_per_replica_rps, estimate.window
+            ),
             identified=None if estimate.params is None else estimate.identified,
             slo_percentiles=dep.slo.percentiles,
             observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),

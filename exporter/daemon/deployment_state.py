@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 SHAPE_WINDOWS = 6  # windows whose request shapes are averaged into the workload sized for
 RATE_WINDOWS = 20  # windows whose arrival rates a tuner point's rate may span
+# Tuner points whose misses bound the capacity (exporter.sizing.evidence.with_past_misses): an
+# hour of 30 s cycles, longer than the tuner's window on purpose.
+EVIDENCE_WINDOWS = 120
 
 
 @dataclass(slots=True)
@@ -57,6 +60,7 @@ class DeploymentRuntime:
     rates: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOWS))
     slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
     trusted: TrustedEstimate = field(default_factory=TrustedEstimate)
+    evidence: deque[Observation] = field(default_factory=lambda: deque(maxlen=EVIDENCE_WINDOWS))
 
     def __post_init__(self) -> None:
         self.slo_window = SloWindow(self.config.slo.window_s)

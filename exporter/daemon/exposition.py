@@ -56,6 +56,7 @@ class DeploymentStatus:
     traffic: TrafficShape = TrafficShape()  # smoothed measurements of the traffic
     kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
     calibration_confidence: float = 0.0  # 0-1, model.calibration.trust
+    extrapolation_ratio: float | None = None  # exporter.sizing.evidence; None: no points
     identified: tuple[bool, bool, bool] | None = None  # per parameter; None without params
     slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
     observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
@@ -224,6 +225,12 @@ GAUGES: tuple[GaugeSpec, ...] = (
         "How far the calibration can be trusted, 0-1 (0 while warming; >= 0.5: size on "
         "desired_replicas), as of the last cycle.",
         lambda s: s.calibration_confidence,
+    ),
+    GaugeSpec(
+        "extrapolation_ratio",
+        "How far the published capacity per replica lies outside the per-replica rates the "
+        "calibration observed (1 within them, 2 at twice the highest), as of the last cycle.",
+        lambda s: s.extrapolation_ratio,
     ),
 )
 

@@ -28,11 +28,13 @@ class Reason(StrEnum):
     DEMAND_UNKNOWN = "demand_unknown"
     TAIL_SHORTFALL = "slo_tail_shortfall"
     HANDOVER = "handover"
+    EVIDENCE_BOUND = "evidence_bound"
 
 
 REASON_MESSAGES: dict[Reason, str] = {
     Reason.TAIL_SHORTFALL: "observed attainment of a percentile target fell short of the "
     "model's: sized with that target tightened by the shortfall",
+    Reason.EVIDENCE_BOUND: "the recent windows bound the model's capacity: sized at their edge",
     Reason.AT_TARGET: "the current replicas meet the targets at the observed load",
     Reason.SCALE_UP: "more replicas are needed to meet the targets at the observed load",
     Reason.SCALE_DOWN: "fewer replicas meet the targets at the observed load",

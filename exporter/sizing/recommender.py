@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,13 +18,14 @@ import numpy as np
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.saturation import Saturation
 from exporter.config.values import DemandKind, DeploymentConfig
+from exporter.sizing.evidence import bounded, envelope
 from exporter.sizing.forecast import forecast
 from exporter.sizing.handover import Handover
 from exporter.sizing.reasons import REASON_MESSAGES, Reason
 from exporter.sizing.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
 from exporter.sizing.slo_targets import BindingTarget, PredictedPercentile, binding_target
 from exporter.sizing.traffic import ModelInputs
-from model import PercentileTarget, ServiceParams, Workload
+from model import Observation, PercentileTarget, ServiceParams, Workload
 from model.calibration.trust import ModelBias
 
 # Look-ahead: the trend is a least-squares slope over this many recent windows (at least 3).
@@ -135,14 +136,17 @@ class Recommender:
         demand: float | None = None,
         shortfalls: Mapping[PercentileTarget, float] | None = None,
         handover: Handover | None = None,
+        evidence: Sequence[Observation] = (),
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
         `inputs` the model's options and limits for the measured traffic; `demand` is the
         scale_from_zero query's value (None: not read); `shortfalls` tighten percentile targets
-        the observations say the model over-promises; `handover` (the calibration is not
-        trusted) replaces `params`, and neither bias nor shortfalls apply to its parameters."""
+        the observations say the model over-promises; `evidence` (windows) bounds capacity,
+        whichever parameters size it; `handover` (the calibration is not trusted) replaces
+        `params`, and neither bias nor shortfalls apply to its parameters."""
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
+        self._evidence = evidence
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -246,26 +250,27 @@ class Recommender:
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
         )  # fmt: skip
         plan = outlook.plan
+        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo))
         extra = {
             "sizing_rate_rps": sizing_rate,
-            "max_rate_per_replica_rps": plan.capacity.rate_rps,
-            "saturation_rate_per_replica_rps": outlook.saturation_rate_per_replica_rps,
+            "max_rate_per_replica_rps": checked.capacity_rps,
+            "saturation_rate_per_replica_rps": checked.saturation_rps,
             "predicted_ttft_ms": outlook.ttft_ms,
             "predicted_itl_ms": outlook.itl_ms,
             "binding_target": binding_target(plan.capacity),
             "predicted_percentiles": outlook.percentiles,
         }
-        if plan.replicas is None and handover:
+        if checked.replicas is None and handover:
             # The targets are out of the prior's reach, not necessarily of the fleet's: hold
             # (one more while the queue grows) rather than ask for replicas.max on a guess.
             wanted = current + 1 if waiting_queue_grows(obs) else current
             return self._stabilized(now_s, wanted, None, Reason.HANDOVER, current, rate, **extra)
-        if plan.replicas is None:
+        if checked.replicas is None:
             return self._stabilized(
                 now_s, dep.max_replicas, None, Reason.SLO_INFEASIBLE, current, rate, **extra
             )
-        wanted = plan.replicas
-        override: Reason | None = None  # None: the model's count stands
+        wanted = checked.replicas
+        override: Reason | None = Reason.EVIDENCE_BOUND if checked.bound else None
         if self._shortfalls and wanted >= current:
             override = Reason.TAIL_SHORTFALL
         if waiting_queue_grows(obs) and wanted <= current:
@@ -364,19 +369,16 @@ class Recommender:
                 self._history.append((float(entry[0]), count))
 
 
+_OPTIONAL_FIELDS = (
+    "model_replicas", "arrival_rate_rps", "sizing_rate_rps", "max_rate_per_replica_rps",
+    "saturation_rate_per_replica_rps", "predicted_ttft_ms", "predicted_itl_ms",
+)  # fmt: skip
+
+
 def _decision(
     desired: int | None, reason: Reason, *, current: int | None, **fields: Any
 ) -> Decision:
-    values: dict[str, Any] = {
-        "model_replicas": None,
-        "arrival_rate_rps": None,
-        "sizing_rate_rps": None,
-        "max_rate_per_replica_rps": None,
-        "saturation_rate_per_replica_rps": None,
-        "predicted_ttft_ms": None,
-        "predicted_itl_ms": None,
-    }
-    values.update(fields)
+    values: dict[str, Any] = {**dict.fromkeys(_OPTIONAL_FIELDS), **fields}
     return Decision(
         desired_replicas=desired,
         reason=reason,

@@ -4,10 +4,12 @@ one deployment's published estimate (`ServedEstimate`) alone."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter.config.values import DeploymentConfig
+from exporter.sizing.evidence import EXTRAPOLATED_RATIO, bounded, envelope, latency_floor_ms
 from exporter.sizing.forecast import forecast
 from exporter.sizing.slo_targets import (
     BindingTarget,
@@ -16,7 +18,14 @@ from exporter.sizing.slo_targets import (
     percentile_label,
 )
 from exporter.sizing.traffic import ModelInputs
-from model import LatencyMetric, LatencyQuantiles, ServiceParams, Workload, latency_quantiles
+from model import (
+    LatencyMetric,
+    LatencyQuantiles,
+    Observation,
+    ServiceParams,
+    Workload,
+    latency_quantiles,
+)
 from model.calibration.estimate import TunerEstimate
 from model.calibration.trust import ModelBias
 
@@ -47,6 +56,16 @@ class WhatIf:
     # The configured percentile targets' percentiles at the per-replica rate (no bias factor).
     targets: tuple[PredictedPercentile, ...] = ()
     quantiles: LatencyQuantiles | None = None  # the percentiles the query asked for
+    # The per-replica rates the calibration's windows observed (None: none), and how far the
+    # per-replica rate lies outside them (1 within; `exporter.sizing.evidence`).
+    observed_rps: tuple[float, float] | None = None
+    extrapolation_ratio: float | None = None
+
+    @property
+    def extrapolated(self) -> bool:
+        """The prediction is made beyond the observed rates (or with none observed)."""
+        ratio = self.extrapolation_ratio
+        return ratio is None or ratio > EXTRAPOLATED_RATIO
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe, in seconds; an unstable prediction's latencies are null."""
@@ -66,6 +85,11 @@ class WhatIf:
             "percentile_targets": [_target(p) for p in self.targets],
             "percentiles": _quantiles(self.quantiles),
             "params_seconds": {k.removesuffix("_ms"): v * S_PER_MS for k, v in self.params.items()},
+            "extrapolated": self.extrapolated,
+            "extrapolation_ratio": self.extrapolation_ratio,
+            "observed_rate_per_replica_requests_per_second": None
+            if self.observed_rps is None
+            else {"low": self.observed_rps[0], "high": self.observed_rps[1]},
         }
 
 
@@ -93,7 +117,7 @@ def predict(
     count = replicas or served.current_replicas or 1
     return what_if(
         served.config, params, workload, served.tuner.bias, rate_rps, count, quantiles,
-        served.inputs,
+        served.inputs, served.tuner.window,
     )  # fmt: skip
 
 
@@ -106,9 +130,12 @@ def what_if(
     replicas: int,
     quantiles: tuple[float, ...],
     inputs: ModelInputs | None = None,
+    evidence: Sequence[Observation] = (),
 ) -> WhatIf:
     """The bias-corrected model at a total rate (req/s) on `replicas`, with the model's
-    percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`."""
+    percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`; capacity,
+    saturation, count and latencies within what the `evidence` windows (per replica) show
+    (`exporter.sizing.evidence`)."""
     per_replica = rate_rps / replicas
     # Below MIN_MODEL_RATE_RPS the model's ratios of vanishing quantities lose every digit
     # (1e-320 req/s gave a mean ITL of 8e20 s); the idle engine's latencies are exact there.
@@ -120,6 +147,11 @@ def what_if(
         dep, params, workload, bias, size_for_rps=model_total, per_replica_rps=model_rate,
         inputs=inputs,
     )  # fmt: skip
+    env = envelope(evidence, dep.slo)
+    checked = bounded(outlook, rate_rps, env)
+    ttft_ms, itl_ms = latency_floor_ms(per_replica, outlook.ttft_ms, outlook.itl_ms, env)
+    low, high = env.low_rps, env.high_rps
+    observed = None if low is None or high is None else (low, high)
     asked = None
     if quantiles:
         asked = latency_quantiles(
@@ -130,17 +162,19 @@ def what_if(
         total_rate_rps=rate_rps,
         replicas=replicas,
         per_replica_rate_rps=per_replica,
-        ttft_ms=outlook.ttft_ms,
-        itl_ms=outlook.itl_ms,
+        ttft_ms=ttft_ms,
+        itl_ms=itl_ms,
         stable=outlook.stable,
-        max_rate_per_replica_rps=outlook.plan.capacity.rate_rps,
-        saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
-        replicas_needed=outlook.plan.replicas,
+        max_rate_per_replica_rps=checked.capacity_rps,
+        saturation_rate_per_replica_rps=checked.saturation_rps,
+        replicas_needed=checked.replicas,
         feasible=outlook.plan.capacity.feasible,
         params=params.to_dict(),
         binding_target=binding_target(outlook.plan.capacity),
         targets=outlook.percentiles,
         quantiles=asked,
+        observed_rps=observed,
+        extrapolation_ratio=env.extrapolation_ratio(per_replica),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from model.calibration.observation import Observation
 from model.calibration.trust import ModelBias
 from model.calibration.verdict import TunerReason, TunerState
 from model.queueing.params import ServiceParams
@@ -25,6 +26,8 @@ class TunerEstimate:
     reason: TunerReason
     fit_ttft_error: float | None
     fit_itl_error: float | None
+    # The observations the fit saw, oldest first: the evidence capacity claims are bounded by.
+    window: tuple[Observation, ...] = ()
 
     @property
     def itl_curve(self) -> ServiceParams | None:

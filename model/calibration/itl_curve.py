@@ -32,6 +32,7 @@ import numpy as np
 from model.calibration.fit import fit
 from model.calibration.observation import Observation
 from model.calibration.prior import Prior
+from model.calibration.trust import spread_loads
 from model.calibration.verdict import within_bounds
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import ModelOptions
@@ -124,6 +125,11 @@ class ItlCurve:
     @property
     def points(self) -> tuple[Observation, ...]:
         return tuple(self._points)
+
+    @property
+    def loads_spread(self) -> bool:
+        """The points span more than one operating point (`trust.spread_loads`)."""
+        return spread_loads(np.array([curve_rate_rps(obs) for obs in self._points]))
 
     def add(self, observation: Observation) -> None:
         """A point entered the tuner's window (`with_point`)."""

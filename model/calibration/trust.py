@@ -8,17 +8,25 @@ at most CHANGE_AGREEMENT of their mean: a level shift, not a ramp's growing lag)
 deployment changed (a new engine version, another accelerator clock): the tuner then keeps
 only those newest points.
 
-Confidence C = 0 while warming (no estimate); otherwise C = I x min(E, H, D) with
-- I = (3 + k) / 6, k the number of parameters the published fit identified from data (1 with
-  all three, 0.5 for a seed or prior alone);
-- E = piecewise linear in the window error e (the larger of TTFT and ITL of the median
-  |bias-corrected relative error| of the estimate over its window): 1 at e <= 0.10, 0.5 at 0.25,
-  0 at e >= 0.50;
+Confidence C (`confidence`; defined in docs/concepts/confidence.md) is 0 while warming (no
+estimate); otherwise C = Q x min(E, H, D) with
+- Q, what the data identified: 1 when the published fit identified every parameter; for a
+  partial fit (the prior holds what the data left open) PARTIAL_SPREAD_SHARE when the points
+  seen since the last change spread the load (`spread_loads`), and
+  ONE_POINT_SHARE, below TRUSTED_CONFIDENCE, when they sit at one operating point: there a fit
+  pins a level but not how latency grows with load, so its capacity is an extrapolation;
+- E, how well predictions held out of sample: piecewise linear in e, the median over the last
+  HELD_OUT_HISTORY cycles of the next window's error (each new point predicted by the estimate
+  made without it, corrected by the median bias sizing applies; the larger of TTFT and ITL):
+  1 at e <= 0.10, 0.5 at 0.25, 0 at e >= 0.50; below TRUSTED_CONFIDENCE (UNTESTED_CAP) until
+  HELD_OUT_MIN next windows were predicted. The errors of the points a detected change kept
+  leave the record (they measured the change; D stands for it), and with none left E is 1;
 - H = piecewise linear in the number h of updates the estimate has been held (no fit accepted):
   1 at h <= 1, 0.5 at 4, 0 at h >= 7;
-- D = 0.6 right after a detected change, rising linearly to 1 once `settle` updates passed.
-So a fully identified fit with window error <= 10 % and no drift has C = 1, and warming,
-holding for more than 3 windows, or a window error above 25 % each give C <= 0.5.
+- D = 0.5 right after a detected change, rising linearly to 1 once `settle` updates passed.
+"Trusted" is C >= TRUSTED_CONFIDENCE (`is_trusted`). A fully identified estimate whose next
+windows came within 10 % has C = 1; a partial fit at one operating point never reaches the
+threshold, however well it predicts the point it sits at.
 """
 
 from __future__ import annotations
@@ -47,8 +55,20 @@ CHANGE_SIGMAS = 3.0  # ... and at least this many robust standard deviations of 
 CHANGE_AGREEMENT = 0.5  # the newest points' shifts span at most this share of their mean
 MAD_TO_SIGMA = 1.4826
 ERROR_ANCHORS = ((0.10, 0.25, 0.50), (1.0, 0.5, 0.0))
+PARTIAL_SPREAD_SHARE = 0.8
+ONE_POINT_SHARE = 0.45
+# The rate ratio (80th over 20th percentile, of the points the ITL curve keeps to spread the
+# loads) from which the points are more than one operating point: the arrival noise of 5 s
+# windows at one constant 11 req/s spreads them to at most 1.21 (two seeds), a load wandering
+# over 0.3-0.7 of saturation to a median 1.46-1.49 (occupancy rates; percentiles, since the
+# curve keeps the noise's extremes).
+SPREAD_RATIO = 1.3
+SPREAD_QUANTILES = (20.0, 80.0)
+HELD_OUT_HISTORY = 10
+HELD_OUT_MIN = 3
+UNTESTED_CAP = 0.45
 HOLD_ANCHORS = ((1.0, 4.0, 7.0), (1.0, 0.5, 0.0))
-CHANGE_FLOOR = 0.6
+CHANGE_FLOOR = 0.5
 # The load part of a latency (`load_part_bias`) is read where it is at least this share of it.
 LOAD_PART_MIN_SHARE = 0.1
 LOAD_PART_MIN_POINTS = 3
@@ -165,22 +185,52 @@ def window_error(errors: FloatArray, bias: tuple[float, float]) -> float:
     return float(np.max(np.median(np.abs(corrected), axis=0)))
 
 
+def held_out_error(innovation: FloatArray, bias: tuple[float, float] | None) -> float:
+    """A new point's error under the estimate made without it: the larger of TTFT and ITL of
+    |relative error| left after dividing the prediction by (1 + bias); inf when not finite."""
+    if not np.all(np.isfinite(innovation)):
+        return float("inf")
+    centre = np.zeros(2) if bias is None else np.array(bias)
+    corrected = (1.0 + innovation) / (1.0 + centre) - 1.0
+    return float(np.max(np.abs(corrected)))
+
+
+def spread_loads(rates_rps: FloatArray) -> bool:
+    """The points' rates span at least SPREAD_RATIO between SPREAD_QUANTILES: more than one
+    operating point."""
+    rates = rates_rps[np.isfinite(rates_rps) & (rates_rps > 0)]
+    if rates.size < 2:
+        return False
+    low, high = np.percentile(rates, SPREAD_QUANTILES)
+    return bool(high >= SPREAD_RATIO * low)
+
+
 def confidence(
     *,
     has_estimate: bool,
-    identified: int,
-    error: float,
+    all_identified: bool,
+    loads_spread: bool,
+    held_out: FloatArray,
+    tested: int,
     held_updates: int,
     since_change: int | None,
     settle: int,
 ) -> float:
-    """Calibration confidence 0-1 (module docstring). `since_change` counts the cycles
-    (updates or idle ones) since the last detected change (None: none seen), `settle` how many
-    it takes to recover."""
+    """Calibration confidence 0-1 (module docstring). `held_out` holds the newest next-window
+    errors (`held_out_error`; those a detected change explains left out), `tested` counts
+    every next window predicted, `since_change` counts the cycles (updates or idle ones) since
+    the last detected change (None: none seen), `settle` how many it takes to recover."""
     if not has_estimate:
         return 0.0
-    share = (3 + identified) / 6.0
+    if all_identified:
+        share = 1.0
+    else:
+        share = PARTIAL_SPREAD_SHARE if loads_spread else ONE_POINT_SHARE
+    recent = held_out[-HELD_OUT_HISTORY:]
+    error = float(np.median(recent)) if recent.size else 0.0
     e = float(np.interp(error, *ERROR_ANCHORS)) if np.isfinite(error) else 0.0
+    if tested < HELD_OUT_MIN:
+        e = min(e, UNTESTED_CAP)
     h = float(np.interp(held_updates, *HOLD_ANCHORS))
     d = 1.0
     if since_change is not None and since_change < settle:

@@ -186,7 +186,7 @@ class Tuner:
         load = None if curve is not None else itl_load_bias(
             list(self._window), self._params, self.server, self.options
         )  # fmt: skip
-        return ModelBias(median[0], median[1], load, curve)
+        return ModelBias(*self._memory.smooth_bias(median), load, curve)
 
     @property
     def itl_curve(self) -> ServiceParams | None:
@@ -203,10 +203,9 @@ class Tuner:
         return self._memory.identified
 
     def confidence(self) -> float:
-        """Calibration confidence 0-1 (formula in `model.calibration.trust`)."""
-        return self._memory.confidence(
-            self._params is not None, self._window_errors(), self.min_observations
-        )
+        """Calibration confidence 0-1 (`model.calibration.trust`; docs/concepts/confidence.md)."""
+        spread, settle = self._curve.loads_spread, self.min_observations
+        return self._memory.confidence(self._params is not None, spread, settle)
 
     def estimate(self) -> TunerEstimate:
         """The frozen estimate after the last update or idle cycle: computed on the first call
@@ -218,13 +217,13 @@ class Tuner:
                 identified=self.identified, state=self._state, reason=self._reason,
                 fit_ttft_error=None if fit is None else fit.ttft_error.mean_ratio,
                 fit_itl_error=None if fit is None else fit.itl_error.mean_ratio,
+                window=self.window,
             )  # fmt: skip
         return self._estimate
 
     def current_prior(self) -> Prior:
-        """The prior of the next fit: on steady traffic, a narrow one around the estimate;
-        cold, seeded or after a detected change, per parameter centred on the last value the
-        data identified, else the seed, else `prior` (`CalibrationMemory.prior`)."""
+        """The prior of the next fit: narrow around the estimate on steady traffic, else per
+        parameter on the last value identified, the seed, or `prior` (`CalibrationMemory.prior`)."""
         recovering, bounds = self._recovering(), (self.lower_bounds, self.upper_bounds)
         steady = None if self._fit_count == 0 or recovering else self._params
         return self._memory.prior(self.prior, self.initial, bounds, steady, recovering=recovering)
@@ -252,6 +251,8 @@ class Tuner:
             None if params is None else innovate(observation, params, self.server, self.options)
         )
         skip = self._skip_reason(observation, innovation)
+        if innovation is not None and skip is not SkipReason.QUEUE_GROWING:
+            memory.record_held_out(innovation.errors, self._window_errors())
         if skip is not None:
             self._skipped[skip] += 1
             memory.held += self._params is not None
@@ -296,7 +297,7 @@ class Tuner:
         if keep is not None:
             self._window = deque(window[-keep:], maxlen=self.window_size)
             self._curve.restart(self._window)
-            self._memory.changed(self._watch.judged_by(keep) or self._params)
+            self._memory.changed(self._watch.judged_by(keep) or self._params, keep)
             self._watch.reset()
 
     def _skip_reason(self, obs: Observation, fitted: Innovation | None) -> SkipReason | None:

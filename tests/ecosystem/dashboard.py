@@ -52,6 +52,7 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_arrival_cv",
         "vllm_sizer_kv_batch_limit",
         "vllm_sizer_calibration_confidence",
+        "vllm_sizer_extrapolation_ratio",
         "vllm_sizer_parameter_source",
     }
 )

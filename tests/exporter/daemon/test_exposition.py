@@ -136,6 +136,9 @@ def test_confidence_and_parameter_sources() -> None:
         ("beta", "data"): 1.0, ("beta", "prior"): 0.0,
         ("gamma", "data"): 0.0, ("gamma", "prior"): 1.0,
     }  # fmt: skip
+    assert registry.get_sample_value("vllm_sizer_extrapolation_ratio", KEY) is None
+    beyond = exposition(status(extrapolation_ratio=1.8))
+    assert beyond.get_sample_value("vllm_sizer_extrapolation_ratio", KEY) == 1.8
     # Warming: a confidence of 0 and no parameter to say anything about.
     warming = exposition(status(params=None, identified=None))
     assert warming.get_sample_value("vllm_sizer_calibration_confidence", KEY) == 0.0

@@ -22,7 +22,20 @@ from model.calibration.prior import (
     physical_params,
     prior_around,
 )
-from model.calibration.trust import changed, confidence, robust_bias, window_error
+from model.calibration.trust import (
+    HELD_OUT_MIN,
+    ONE_POINT_SHARE,
+    PARTIAL_SPREAD_SHARE,
+    TRUSTED_CONFIDENCE,
+    UNTESTED_CAP,
+    changed,
+    confidence,
+    held_out_error,
+    is_trusted,
+    robust_bias,
+    spread_loads,
+    window_error,
+)
 from model.calibration.tuner import DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS
 from model.queueing.variant import LLAMA_3_1_8B, QWEN_2_5_14B
 from tests.model.calibration.synthetic import observations, relative_errors
@@ -97,24 +110,51 @@ def test_the_prior_holds_what_one_shape_cannot_identify() -> None:
 
 
 def test_confidence_anchors() -> None:
-    base = {"identified": 3, "error": 0.05, "held_updates": 0, "since_change": None, "settle": 5}
+    tested = np.full(5, 0.05)  # five next windows predicted within 5 %
+    base = {
+        "all_identified": True, "loads_spread": False, "held_out": tested, "tested": 5,
+        "held_updates": 0,
+        "since_change": None, "settle": 5,
+    }  # fmt: skip
     assert confidence(has_estimate=True, **base) == 1.0  # type: ignore[arg-type]
     assert confidence(has_estimate=False, **base) == 0.0  # type: ignore[arg-type]
     for change, expected in (
-        ({"error": 0.10}, 1.0),
-        ({"error": 0.25}, 0.5),
-        ({"error": 0.30}, 0.4),
-        ({"error": math.inf}, 0.0),
+        ({"held_out": np.full(5, 0.10)}, 1.0),
+        ({"held_out": np.full(5, 0.25)}, 0.5),
+        ({"held_out": np.full(5, 0.30)}, 0.4),
+        ({"held_out": np.full(5, math.inf)}, 0.0),
+        # The median of the newest: two windows far off do not move it.
+        ({"held_out": np.array([0.05, 0.9, 0.05, 0.9, 0.05])}, 1.0),
+        # Untested: below the threshold until HELD_OUT_MIN next windows were predicted.
+        ({"tested": 0}, UNTESTED_CAP),
+        ({"tested": HELD_OUT_MIN - 1}, UNTESTED_CAP),
+        ({"tested": HELD_OUT_MIN - 1, "held_out": np.full(5, 0.30)}, 0.4),
+        # A change's own points left the record: the rest (none here) says nothing against it.
+        ({"held_out": np.array([])}, 1.0),
         ({"held_updates": 1}, 1.0),
         ({"held_updates": 4}, 0.5),
         ({"held_updates": 5}, 1.0 / 3.0),
-        ({"identified": 2}, 5.0 / 6.0),
-        ({"identified": 0}, 0.5),
-        ({"since_change": 0}, 0.6),
+        # A partial fit: trusted where the loads spread, never at one operating point.
+        ({"all_identified": False, "loads_spread": True}, PARTIAL_SPREAD_SHARE),
+        ({"all_identified": False}, ONE_POINT_SHARE),
+        ({"since_change": 0}, 0.5),
         ({"since_change": 5}, 1.0),
     ):
         got = confidence(has_estimate=True, **{**base, **change})  # type: ignore[arg-type]
         assert got == pytest.approx(expected), change
+    assert not is_trusted(ONE_POINT_SHARE) and not is_trusted(UNTESTED_CAP)
+    assert is_trusted(PARTIAL_SPREAD_SHARE) and is_trusted(TRUSTED_CONFIDENCE)
+
+
+def test_one_operating_point_and_held_out_errors() -> None:
+    rng = np.random.default_rng(3)
+    # Arrival noise around one load (5 s windows at 11 req/s): one operating point.
+    assert not spread_loads(11.0 * (1.0 + 0.13 * rng.standard_normal(20)))
+    assert spread_loads(np.linspace(4.0, 9.0, 20))  # a load wandering over 0.3-0.7
+    assert not spread_loads(np.array([5.0]))
+    # The next window 10 % slower than predicted, after a window the estimate read 10 % fast.
+    assert held_out_error(np.array([0.0, -0.01]), (0.1, 0.0)) == pytest.approx(1 - 1 / 1.1)
+    assert held_out_error(np.array([np.inf, 0.0]), None) == math.inf
 
 
 def test_robust_window_figures() -> None:

@@ -1,0 +1,179 @@
+"""The evidence envelope: what a deployment's own recent windows say about one replica's SLO
+capacity, whatever the model says. docs/concepts/evidence.md.
+
+The points are the tuner's window (steady, fully observed windows since the last detected
+change, per replica). Against the mean targets (TTFT, ITL), a point's overshoot is the larger
+of measured / target; a point with an overshoot of at most 1 - NOISE_MARGIN was *served* within
+the targets, one of at least 1 + NOISE_MARGIN *missed* them (between the two, a window's mean is
+within its own noise of the target and says neither). Then:
+- a rate served within the targets is within the capacity: capacity >= the highest served rate;
+- a rate missed at is above it: capacity <= the lowest missed rate (the stronger bound when the
+  two cross: it errs toward a replica more);
+- the step the observed overload supports: capacity >= rate / (overshoot x (1 +
+  NOISE_MARGIN)), the median over the newest OVERLOAD_POINTS points (an overshoot below 1
+  counts as 1): a replica 30 % over its targets at 11 req/s is sized as serving at least
+  11 / 1.43 within them, not the 0.03 req/s a fit at that one point may extrapolate to. A
+  policy, not a measurement (how far latency falls with load depends on the part of it no
+  load changes): it bounds the step from the current count; a higher model figure stands;
+- saturation is not below a rate served without a growing queue (every point of the window).
+A claim at a per-replica rate outside the points' rates is an extrapolation; how far
+(`extrapolation_ratio`) is exported and answered with every what-if, and above the highest
+rate a predicted latency is not below what the highest point measured (less its noise):
+latency does not fall as load rises, whatever a fit at lower loads extrapolates.
+A model capacity outside the envelope is moved to its edge and the count sized from that; the
+decision's reason then says `evidence_bound`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.config.values import SloConfig
+from exporter.sizing.forecast import Forecast
+from model.calibration.observation import Observation
+
+NOISE_MARGIN = 0.1
+OVERLOAD_POINTS = 3
+# A claim this far outside the observed rates (as a ratio) is flagged extrapolated; inside it,
+# a window's own rate noise covers the distance.
+EXTRAPOLATED_RATIO = 1.0 + NOISE_MARGIN
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """Per-replica rates (req/s) the points bound one replica's capacity and saturation by;
+    None where no point says anything."""
+
+    served_rps: float | None  # the highest rate served within the targets
+    missed_rps: float | None  # the lowest rate at which they were missed
+    overload_floor_rps: float | None  # rate / overshoot of the newest points (median)
+    stable_rps: float | None  # the highest rate served without a growing queue
+    low_rps: float | None  # the lowest rate of any point
+    high_rps: float | None  # the highest rate of any point
+    # Measured at the highest rate, less NOISE_MARGIN (ms): what a higher load is not below.
+    top_ttft_ms: float | None = None
+    top_itl_ms: float | None = None
+
+    def capacity(self, model_rps: float) -> float:
+        """`model_rps` moved into the envelope (the missed bound wins a crossing)."""
+        floor = max(
+            (v for v in (self.served_rps, self.overload_floor_rps) if v is not None),
+            default=None,
+        )
+        capacity = model_rps if floor is None else max(model_rps, floor)
+        return capacity if self.missed_rps is None else min(capacity, self.missed_rps)
+
+    def extrapolation_ratio(self, rate_rps: float | None) -> float | None:
+        """How far `rate_rps` lies outside the points' rates: rate / highest above them,
+        lowest / rate below them, 1 within; None without a rate or points."""
+        if rate_rps is None or self.low_rps is None or self.high_rps is None:
+            return None
+        if rate_rps > self.high_rps:
+            return rate_rps / self.high_rps
+        return self.low_rps / rate_rps if 0 < rate_rps < self.low_rps else 1.0
+
+    def saturation(self, model_rps: float) -> float:
+        """`model_rps`, but not below a rate served stably."""
+        return model_rps if self.stable_rps is None else max(model_rps, self.stable_rps)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bounded:
+    """A count and the per-replica capacity and saturation (req/s) it was sized with, and
+    whether the envelope moved the model's capacity."""
+
+    replicas: int | None
+    capacity_rps: float
+    saturation_rps: float
+    bound: bool
+
+
+def overshoot(point: Observation, ttft_ms: float | None, itl_ms: float | None) -> float | None:
+    """The larger of measured / target over the mean targets set; None without one."""
+    ratios = [
+        measured / target
+        for measured, target in ((point.ttft_ms, ttft_ms), (point.itl_ms, itl_ms))
+        if target is not None
+    ]
+    return max(ratios) if ratios else None
+
+
+def served(ratio: float | None) -> bool:
+    return ratio is not None and ratio <= 1.0 - NOISE_MARGIN
+
+
+def missed(ratio: float | None) -> bool:
+    return ratio is not None and ratio >= 1.0 + NOISE_MARGIN
+
+
+def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
+    """The envelope of `points` (oldest first) against the mean targets of `slo`."""
+    ttft_ms, itl_ms = slo.ttft_ms, slo.itl_ms
+    rates = [p.rate_rps for p in points]
+    top = max(points, key=lambda p: p.rate_rps, default=None)
+    ratios = [overshoot(p, ttft_ms, itl_ms) for p in points]
+    stable = [r for p, r in zip(points, rates, strict=True) if not p.queue_growing]
+    newest = [
+        rate / (max(ratio, 1.0) * (1.0 + NOISE_MARGIN))
+        for rate, ratio in list(zip(rates, ratios, strict=True))[-OVERLOAD_POINTS:]
+        if ratio is not None
+    ]
+    return Envelope(
+        served_rps=max((r for r, o in zip(rates, ratios, strict=True) if served(o)), default=None),
+        missed_rps=min((r for r, o in zip(rates, ratios, strict=True) if missed(o)), default=None),
+        overload_floor_rps=float(np.median(newest)) if newest else None,
+        stable_rps=max(stable, default=None),
+        low_rps=min(rates, default=None),
+        high_rps=max(rates, default=None),
+        top_ttft_ms=None if top is None else top.ttft_ms * (1.0 - NOISE_MARGIN),
+        top_itl_ms=None if top is None else top.itl_ms * (1.0 - NOISE_MARGIN),
+    )
+
+
+def bounded(outlook: Forecast, sizing_rate_rps: float, env: Envelope) -> Bounded:
+    """The forecast's count, capacity and saturation (per replica) checked against `env`:
+    where the capacity leaves the envelope, it is moved to the edge and the count becomes what
+    the sizing rate needs at it."""
+    replicas, capacity_rps = outlook.plan.replicas, outlook.plan.capacity.rate_rps
+    saturation = env.saturation(outlook.saturation_rate_per_replica_rps)
+    capacity = env.capacity(capacity_rps)
+    if math.isclose(capacity, capacity_rps) or capacity <= 0:
+        return Bounded(
+            replicas=replicas, capacity_rps=capacity_rps, saturation_rps=saturation, bound=False
+        )
+    needed = max(1, math.ceil(sizing_rate_rps / capacity - 1e-9))
+    return Bounded(replicas=needed, capacity_rps=capacity, saturation_rps=saturation, bound=True)
+
+
+def latency_floor_ms(
+    rate_rps: float, ttft_ms: float, itl_ms: float, env: Envelope
+) -> tuple[float, float]:
+    """Predicted (TTFT, ITL) at a per-replica `rate_rps`, not below what the highest point
+    measured (less its noise) when the rate is above it."""
+    if env.high_rps is None or rate_rps <= env.high_rps:
+        return ttft_ms, itl_ms
+    return max(ttft_ms, env.top_ttft_ms or 0.0), max(itl_ms, env.top_itl_ms or 0.0)
+
+
+def extrapolation_ratio(rate_rps: float | None, points: Sequence[Observation]) -> float | None:
+    """`Envelope.extrapolation_ratio` of `points` (no targets needed)."""
+    return envelope(points, SloConfig()).extrapolation_ratio(rate_rps)
+
+
+def with_past_misses(
+    window: Sequence[Observation], history: Sequence[Observation], slo: SloConfig
+) -> tuple[Observation, ...]:
+    """`window`, preceded by the points of `history` (older and longer) that missed the targets
+    and are no longer in it. A miss bounds the capacity from above for as long as the history
+    holds it: were it forgotten when the window slides past it, a count sized on a guess the
+    miss disproved would return, miss again, and the count would cycle at constant load."""
+    kept = set(map(id, window))
+    past = [
+        p for p in history
+        if id(p) not in kept and missed(overshoot(p, slo.ttft_ms, slo.itl_ms))
+    ]  # fmt: skip
+    return (*past, *window)

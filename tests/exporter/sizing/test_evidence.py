@@ -1,0 +1,140 @@
+"""The evidence envelope (exporter/sizing/evidence.py): the published capacity stays within what
+the same windows show, whatever the model's parameters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from exporter.config.values import SloConfig
+from exporter.sizing.evidence import NOISE_MARGIN, envelope, missed, overshoot, served
+from exporter.sizing.recommender import Reason, Recommender
+from exporter.sizing.what_if import what_if
+from model import Observation, ServiceParams
+from tests.exporter.sizing.test_recommender import SHAPE, deployment, observation
+
+SLO = SloConfig(ttft_ms=50.0, itl_ms=25.0)
+
+
+def point(rate_rps: float, ttft_ms: float, itl_ms: float, growing: bool = False) -> Observation:
+    return Observation(
+        rate_rps=rate_rps, avg_input_tokens=1024.0, avg_output_tokens=512.0, ttft_ms=ttft_ms,
+        itl_ms=itl_ms, queue_growing=growing,
+    )  # fmt: skip
+
+
+def test_envelope_reads_served_missed_and_stable_rates() -> None:
+    points = [
+        point(4.0, 30.0, 15.0),  # served
+        point(5.0, 44.0, 20.0),  # served (44 <= 45)
+        point(6.0, 48.0, 20.0),  # within the noise of the TTFT target: neither
+        point(7.0, 40.0, 28.0),  # ITL missed (28 >= 27.5)
+        point(9.0, 70.0, 26.0),  # missed
+        point(8.0, 500.0, 40.0, growing=True),  # missed, and not stable
+    ]
+    env = envelope(points, SLO)
+    assert (env.served_rps, env.missed_rps, env.stable_rps) == (5.0, 7.0, 9.0)
+    assert (env.low_rps, env.high_rps) == (4.0, 9.0)
+    # The newest three: 7 / (1.12 x 1.1), 9 / (1.4 x 1.1), 8 / (10 x 1.1); the median is the first.
+    assert env.overload_floor_rps == pytest.approx(7.0 / 1.232)
+    assert env.capacity(1.0) == pytest.approx(7.0 / 1.232)
+    assert env.capacity(6.0) == 6.0 and env.capacity(12.0) == 7.0
+    assert env.saturation(3.0) == 9.0 and env.saturation(20.0) == 20.0
+    # Percentile targets only: the mean latencies say nothing either way.
+    assert envelope(points, SloConfig()).served_rps is None
+    assert overshoot(points[0], None, 25.0) == pytest.approx(0.6)
+    assert served(1.0 - NOISE_MARGIN) and not served(0.95) and not missed(1.05)
+
+
+def test_overload_bounds_the_step() -> None:
+    # One replica 30 % over its TTFT target at 11 req/s: at least 11 / (1.3 x 1.1) req/s.
+    points = [point(11.0, 65.0, 20.0)] * 3
+    assert envelope(points, SLO).overload_floor_rps == pytest.approx(11.0 / 1.43)
+    rec = Recommender(deployment(max_replicas=8))
+    # A fit that put most of the TTFT into alpha: the same window, a capacity far below it.
+    slow = ServiceParams(40.0, 2.01e-2, 5.52e-5)
+    alone = Recommender(deployment(max_replicas=8)).decide(0.0, observation(11.0, 1), slow, SHAPE)
+    assert alone.desired_replicas == 8  # what the model alone says
+    decision = rec.decide(0.0, observation(11.0, 1), slow, SHAPE, evidence=points)
+    assert decision.desired_replicas == 2 and decision.reason is Reason.EVIDENCE_BOUND
+    assert decision.max_rate_per_replica_rps == pytest.approx(11.0 / 1.43)
+
+
+def latency_ms(rate_rps: float, light_ms: float, saturation_rps: float) -> float:
+    """A monotone latency curve: the light-load value over (1 - load)."""
+    return light_ms / max(1.0 - rate_rps / saturation_rps, 0.02)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_no_published_capacity_beyond_what_the_windows_show(seed: int) -> None:
+    # Random single-shape windows (a monotone truth, 4 % noise: a served and a missed window
+    # never cross) and a random model: the published capacity is not below a rate the same
+    # windows served within target, nor above one they missed at.
+    rng = np.random.default_rng(seed)
+    saturation = rng.uniform(5.0, 20.0)
+    light_ttft, light_itl = rng.uniform(15.0, 40.0), rng.uniform(8.0, 20.0)
+    rates = np.sort(rng.uniform(0.2, 0.95, int(rng.integers(3, 11))) * saturation)
+    rng.shuffle(rates)
+    points = [
+        point(
+            float(r),
+            latency_ms(r, light_ttft, saturation) * rng.uniform(0.96, 1.04),
+            latency_ms(r, light_itl, saturation) * rng.uniform(0.96, 1.04),
+        )
+        for r in rates
+    ]
+    model = ServiceParams(
+        rng.uniform(2.0, 40.0), rng.uniform(2e-3, 6e-2), rng.uniform(1e-5, 2e-4)
+    )
+    rec = Recommender(deployment(max_replicas=50))
+    current = int(rng.integers(1, 4))
+    arrival = float(rates[-1]) * current
+    decision = rec.decide(0.0, observation(arrival, current), model, SHAPE, evidence=points)
+    ratios = [overshoot(p, SLO.ttft_ms, SLO.itl_ms) for p in points]
+    served_rates = [p.rate_rps for p, o in zip(points, ratios, strict=True) if served(o)]
+    missed_rates = [p.rate_rps for p, o in zip(points, ratios, strict=True) if missed(o)]
+    capacity = decision.max_rate_per_replica_rps
+    assert capacity is not None
+    assert capacity >= max(served_rates, default=0.0) - 1e-9
+    assert capacity <= min(missed_rates, default=math.inf) + 1e-9
+    assert decision.saturation_rate_per_replica_rps >= max(rates) - 1e-9
+    # And the count is what that capacity needs at the sizing rate (no margin here).
+    if decision.reason is Reason.EVIDENCE_BOUND:
+        assert decision.desired_replicas == math.ceil(arrival / capacity - 1e-9)
+
+
+def test_windows_that_agree_with_the_model_leave_it_alone() -> None:
+    truth = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+    plain = Recommender(deployment()).decide(0.0, observation(20.0, 3), truth, SHAPE)
+    # Served well below the model's capacity, missed well above it: nothing to move.
+    points = [point(2.0, 30.0, 12.0), point(4.0, 40.0, 15.0), point(11.0, 90.0, 30.0)]
+    checked = Recommender(deployment()).decide(
+        0.0, observation(20.0, 3), truth, SHAPE, evidence=points
+    )
+    assert plain == checked and plain.reason is not Reason.EVIDENCE_BOUND
+
+
+def test_a_what_if_beyond_the_observed_rates_says_so_and_is_not_below_them() -> None:
+    points = [point(4.0, 30.0, 14.0), point(5.0, 35.0, 15.0), point(6.0, 48.0, 17.0)]
+    dep = deployment(max_replicas=8)
+    truth = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+    inside = what_if(dep, truth, SHAPE, None, 10.0, 2, (), evidence=points)
+    assert not inside.extrapolated and inside.extrapolation_ratio == 1.0
+    body = inside.to_json()
+    assert body["extrapolated"] is False
+    assert body["observed_rate_per_replica_requests_per_second"] == {"low": 4.0, "high": 6.0}
+    # One replica at 9 req/s: 1.5x the highest rate observed. A fit far too fast (alpha /
+    # 10) would promise a TTFT below what 6 req/s already measured; the answer is not below it.
+    fast = ServiceParams(0.668, 2.01e-3, 5.52e-6)
+    beyond = what_if(dep, fast, SHAPE, None, 9.0, 1, (), evidence=points)
+    assert beyond.extrapolated and beyond.extrapolation_ratio == pytest.approx(1.5)
+    assert beyond.ttft_ms >= 48.0 * (1 - NOISE_MARGIN) and beyond.itl_ms >= 17.0 * 0.9
+    assert beyond.to_json()["extrapolated"] is True
+    below = what_if(dep, truth, SHAPE, None, 2.0, 1, (), evidence=points)
+    assert below.extrapolated and below.extrapolation_ratio == pytest.approx(2.0)
+    # Nothing observed: every answer is an extrapolation.
+    blind = what_if(dep, truth, SHAPE, None, 2.0, 1, ())
+    assert blind.extrapolated and blind.extrapolation_ratio is None
+    assert blind.to_json()["observed_rate_per_replica_requests_per_second"] is None
