@@ -35,12 +35,7 @@ from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, Snapshot
 from exporter.daemon.log_lines import FailureStreaks, log_unexpected
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
-from exporter.sizing.recommender import (
-    Decision,
-    Recommender,
-    saturated,
-    slo_headroom_ratio,
-)
+from exporter.sizing.recommender import Decision, Recommender, saturated, slo_headroom_ratio
 from exporter.sizing.traffic import model_inputs, used_cvs
 from exporter.sizing.what_if import WhatIf, what_if
 from model import Observation, TunerReason
@@ -211,9 +206,11 @@ class Daemon:
         shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
         runtime.inputs = model_inputs(dep, shape, runtime.workload)
         self._tune(runtime, obs)
+        headroom = runtime.headroom.observe(obs, runtime.recommender.last)  # sizing/headroom.py
         decision = runtime.recommender.decide(
             now_s, obs, runtime.params, runtime.workload, runtime.tuner.bias(), runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
+            headroom=headroom.factor,
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)
@@ -337,6 +334,7 @@ class Daemon:
             slo_percentiles=dep.slo.percentiles,
             observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
             slo_window_requests=runtime.slo_window.requests(),
+            headroom=runtime.headroom.state,
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:

@@ -16,6 +16,7 @@ from exporter.collector.observations import DeploymentObservation, WindowTracker
 from exporter.collector.sources import Source
 from exporter.config.values import DeploymentConfig
 from exporter.sizing.attainment import SloWindow
+from exporter.sizing.headroom import HeadroomController
 from exporter.sizing.recommender import Recommender, preempted, waiting_queue_grows
 from exporter.sizing.traffic import ModelInputs, TrafficTracker
 from model import Observation, ServiceParams, Workload
@@ -56,9 +57,11 @@ class DeploymentRuntime:
     # point's rate spans its window and a request lifetime before it.
     rates: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOWS))
     slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
+    headroom: HeadroomController = field(init=False)  # the capacity factor from misses
 
     def __post_init__(self) -> None:
         self.slo_window = SloWindow(self.config.slo.window_s)
+        self.headroom = HeadroomController(self.config.slo)
 
     def note_shape(self, obs: DeploymentObservation) -> None:
         """Add a window's request shape; the workload becomes the completion-weighted mean of

@@ -24,6 +24,7 @@ from exporter.daemon.metric_names import LABELS as LABELS
 from exporter.daemon.metric_names import PREFIX as PREFIX
 from exporter.daemon.metric_names import S_PER_MS as S_PER_MS
 from exporter.sizing.attainment import ObservedAttainment
+from exporter.sizing.headroom import Headroom, HeadroomReason
 from exporter.sizing.recommender import Decision, Reason
 from exporter.sizing.slo_targets import BindingTarget
 from exporter.sizing.traffic import LengthCvKind, TrafficShape
@@ -59,6 +60,7 @@ class DeploymentStatus:
     slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
     observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
     slo_window_requests: float | None = None  # requests with a first token in slo_window_s
+    headroom: Headroom | None = None  # the capacity factor from observed misses
 
 
 class Signal(StrEnum):
@@ -219,6 +221,12 @@ GAUGES: tuple[GaugeSpec, ...] = (
         lambda s: s.pods_observed,
     ),
     GaugeSpec(
+        "headroom_factor",
+        "Capacity factor learnt from observed SLO misses the model did not predict (1: none): "
+        "the rate is sized for x this, as of the last cycle.",
+        lambda s: None if s.headroom is None else s.headroom.factor,
+    ),
+    GaugeSpec(
         "calibration_confidence",
         "How far the calibration can be trusted, 0-1 (0 while warming; >= 0.5: size on "
         "desired_replicas), as of the last cycle.",
@@ -267,6 +275,13 @@ ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
         "target",
         BindingTarget,
         lambda s: s.decision.binding_target,
+    ),
+    EnumGaugeSpec(
+        "headroom_reason",
+        "Why headroom_factor has its value: 1 for the current reason, 0 for the others.",
+        "reason",
+        HeadroomReason,
+        lambda s: None if s.headroom is None else s.headroom.reason,
     ),
 )
 

@@ -171,6 +171,7 @@ class Recommender:
         self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
         self._shortfalls: dict[PercentileTarget, float] = {}
+        self._headroom = 1.0
 
     def decide(
         self,
@@ -183,13 +184,15 @@ class Recommender:
         *,
         demand: float | None = None,
         shortfalls: Mapping[PercentileTarget, float] | None = None,
+        headroom: float = 1.0,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
         `inputs` the model's options and limits for the measured traffic; `demand` is the
         scale_from_zero query's value (None: not read); `shortfalls` tighten percentile targets
-        the observations say the model over-promises."""
-        self._shortfalls = dict(shortfalls or {})
+        the observations say the model over-promises; the rate is sized for x `headroom`
+        (exporter.sizing.headroom)."""
+        self._shortfalls, self._headroom = dict(shortfalls or {}), headroom
         decision = self._decide(now_s, observation, params, workload, bias, inputs)
         if self._gate is not None:
             pods = pods_state(observation)
@@ -277,9 +280,9 @@ class Recommender:
                 reason = Reason.TUNER_WARMING if params is None else Reason.NO_WORKLOAD
             return self._stabilized(now_s, wanted, None, reason, current, rate)
         inputs = inputs or ModelInputs(dep.model, dep.server)
-        sizing_rate = self.projected_rate(rate) + rate_margin_rps(
+        sizing_rate = self._headroom * (self.projected_rate(rate) + rate_margin_rps(
             rate, obs.window_s, inputs.options.arrival_cv, dep.rate_margin_sigmas
-        )
+        ))  # fmt: skip
         outlook = forecast(
             dep, params, workload, bias, size_for_rps=sizing_rate,
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
@@ -399,15 +402,10 @@ class Recommender:
 def _decision(
     desired: int | None, reason: Reason, *, current: int | None, **fields: Any
 ) -> Decision:
-    values: dict[str, Any] = {
-        "model_replicas": None,
-        "arrival_rate_rps": None,
-        "sizing_rate_rps": None,
-        "max_rate_per_replica_rps": None,
-        "saturation_rate_per_replica_rps": None,
-        "predicted_ttft_ms": None,
-        "predicted_itl_ms": None,
-    }
+    values: dict[str, Any] = dict.fromkeys(
+        ("model_replicas", "arrival_rate_rps", "sizing_rate_rps", "max_rate_per_replica_rps",
+         "saturation_rate_per_replica_rps", "predicted_ttft_ms", "predicted_itl_ms"),
+    )  # fmt: skip
     values.update(fields)
     return Decision(
         desired_replicas=desired,
