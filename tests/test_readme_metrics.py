@@ -25,6 +25,7 @@ from exporter.daemon.daemon import Daemon
 from exporter.daemon.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
 from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.sizing.attainment import Bound
+from exporter.sizing.headroom import HeadroomReason
 from exporter.sizing.recommender import Reason
 from exporter.sizing.slo_targets import BindingTarget
 from exporter.sizing.traffic import LengthCvKind
@@ -37,6 +38,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_tuner_reason{reason}": TunerReason,
     "vllm_sizer_fit_error_ratio{signal}": Signal,
     "vllm_sizer_binding_target{target}": BindingTarget,
+    "vllm_sizer_headroom_reason{reason}": HeadroomReason,
     "vllm_sizer_predicted_itl_quantile_seconds{kind}": ItlKind,
     "vllm_sizer_slo_itl_quantile_seconds{kind}": ItlKind,
     "vllm_sizer_observed_slo_attainment_ratio{bound}": Bound,

@@ -39,6 +39,8 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_tuner_reason",
         "vllm_sizer_fit_error_ratio",
         "vllm_sizer_binding_target",
+        "vllm_sizer_headroom_factor",
+        "vllm_sizer_headroom_reason",
         "vllm_sizer_predicted_ttft_quantile_seconds",
         "vllm_sizer_predicted_itl_quantile_seconds",
         "vllm_sizer_slo_ttft_quantile_seconds",
