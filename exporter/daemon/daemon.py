@@ -32,7 +32,7 @@ from exporter.daemon.deployment_state import (
     tuner_observation,
 )
 from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
-from exporter.daemon.log_lines import FailureStreaks, log_unexpected
+from exporter.daemon.log_lines import FailureStreaks, InfeasibleTargets, log_unexpected
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
 from exporter.sizing.recommender import Decision, Recommender, saturated, slo_headroom_ratio
@@ -88,6 +88,7 @@ class Daemon:
         registry.register(self.collector)
         self.metrics = OperationMetrics(registry, config.deployments)
         self._failures = FailureStreaks(logger)
+        self._infeasible = InfeasibleTargets(logger)
         self._readers = ThreadPoolExecutor(
             max_workers=max(1, len(config.deployments)),
             thread_name_prefix="vllm-sizer-read",
@@ -338,7 +339,10 @@ class Daemon:
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
-        obs, params = runtime.observation, runtime.params
+        obs, params, dep = runtime.observation, runtime.params, runtime.config
+        if d.sizing_rate_rps is not None:
+            rate, targets = d.sizing_rate_rps, d.infeasible_targets
+            self._infeasible.note(dep.name, targets, dep.max_replicas, rate)
         logger.info(
             "deployment=%s rate_rps=%s replicas=%s->%s reason=%s ttft_ms=%s/%s itl_ms=%s/%s "
             "params_ms=%s tuner=%s",

@@ -19,7 +19,11 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporter.config.values import DemandKind
 from exporter.daemon.exposition_slo import PERCENTILE_GAUGES as PERCENTILE_GAUGES
-from exporter.daemon.exposition_slo import attainment_families, percentile_families
+from exporter.daemon.exposition_slo import (
+    attainment_families,
+    feasibility_family,
+    percentile_families,
+)
 from exporter.daemon.metric_names import LABELS as LABELS
 from exporter.daemon.metric_names import PREFIX as PREFIX
 from exporter.daemon.metric_names import S_PER_MS as S_PER_MS
@@ -375,6 +379,7 @@ class SnapshotCollector:
         yield _parameter_sources(snapshot)
         yield from percentile_families(snapshot.deployments)
         yield from attainment_families(snapshot.deployments)
+        yield feasibility_family(snapshot.deployments)
 
 
 def _parameter_sources(snapshot: CycleSnapshot) -> GaugeMetricFamily:

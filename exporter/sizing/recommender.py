@@ -19,6 +19,7 @@ import numpy as np
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.saturation import Saturation
 from exporter.config.values import DemandKind, DeploymentConfig
+from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
 from exporter.sizing.slo_targets import BindingTarget, PredictedPercentile, binding_target
@@ -96,10 +97,8 @@ REASON_MESSAGES: dict[Reason, str] = {
     Reason.DEMAND_UNKNOWN: "the demand query failed: 0 replicas stay 0 until it answers",
 }
 # Observation verdicts that carry no rates: what the decision says instead.
-_UNUSABLE = {
-    ObservationStatus.NO_PODS: Reason.NO_PODS,
-    ObservationStatus.MODEL_NOT_FOUND: Reason.MODEL_NOT_FOUND,
-}
+_UNUSABLE = {ObservationStatus.NO_PODS: Reason.NO_PODS,
+             ObservationStatus.MODEL_NOT_FOUND: Reason.MODEL_NOT_FOUND}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +119,7 @@ class Decision:
     predicted_itl_ms: float | None
     binding_target: BindingTarget | None = None  # None: not sized this cycle
     predicted_percentiles: tuple[PredictedPercentile, ...] = ()  # same load and replicas
+    infeasible_targets: tuple[str, ...] = ()  # missed by the model at replicas.max
 
 
 def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
@@ -296,7 +296,10 @@ class Recommender:
             "predicted_itl_ms": outlook.itl_ms,
             "binding_target": binding_target(plan.capacity),
             "predicted_percentiles": outlook.percentiles,
-        }
+            "infeasible_targets": infeasible_at_max(  # exporter.sizing.feasibility
+                dep, params, workload, bias, total_rps=sizing_rate, needed=plan.replicas,
+                inputs=inputs, shortfalls=self._shortfalls),
+        }  # fmt: skip
         if plan.replicas is None:
             return self._stabilized(
                 now_s, dep.max_replicas, None, Reason.SLO_INFEASIBLE, current, rate, **extra

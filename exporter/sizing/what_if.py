@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.config.values import DeploymentConfig
+from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.slo_targets import (
     BindingTarget,
@@ -38,12 +39,15 @@ class WhatIf:
     max_rate_per_replica_rps: float
     saturation_rate_per_replica_rps: float
     replicas_needed: int | None
-    feasible: bool
+    feasible: bool  # at some load
+    max_replicas: int
     params: dict[str, float]
     binding_target: BindingTarget | None = None
     # The configured percentile targets' percentiles at the per-replica rate (no bias factor).
     targets: tuple[PredictedPercentile, ...] = ()
     quantiles: LatencyQuantiles | None = None  # the percentiles the query asked for
+    # The targets the model misses at replicas.max at this total rate (exporter.sizing.feasibility).
+    infeasible_targets: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe, in seconds; an unstable prediction's latencies are null."""
@@ -59,6 +63,8 @@ class WhatIf:
             "saturation_rate_per_replica_requests_per_second": self.saturation_rate_per_replica_rps,
             "replicas_needed": self.replicas_needed,
             "slo_feasible": self.feasible,
+            "max_replicas": self.max_replicas,
+            "infeasible_targets": list(self.infeasible_targets),
             "binding_target": None if self.binding_target is None else self.binding_target.value,
             "percentile_targets": [_target(p) for p in self.targets],
             "percentiles": _quantiles(self.quantiles),
@@ -101,6 +107,11 @@ def what_if(
         saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
         replicas_needed=outlook.plan.replicas,
         feasible=outlook.plan.capacity.feasible,
+        max_replicas=dep.max_replicas,
+        infeasible_targets=infeasible_at_max(
+            dep, params, workload, bias, total_rps=rate_rps, needed=outlook.plan.replicas,
+            inputs=inputs,
+        ),
         params=params.to_dict(),
         binding_target=binding_target(outlook.plan.capacity),
         targets=outlook.percentiles,

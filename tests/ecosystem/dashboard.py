@@ -41,6 +41,7 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_binding_target",
         "vllm_sizer_headroom_factor",
         "vllm_sizer_headroom_reason",
+        "vllm_sizer_slo_target_feasible",
         "vllm_sizer_predicted_ttft_quantile_seconds",
         "vllm_sizer_predicted_itl_quantile_seconds",
         "vllm_sizer_slo_ttft_quantile_seconds",
