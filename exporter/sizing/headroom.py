@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.vllm_metrics import HistogramName
 from exporter.config.values import SloConfig
-from exporter.sizing.attainment import HISTOGRAMS, attainment_bracket
+from exporter.sizing.attainment import HISTOGRAMS, added_up, attainment_bracket
 from exporter.sizing.recommender import Decision
 from model import PercentileTarget
 from model.calibration.histogram import WindowHistogram
@@ -204,15 +204,7 @@ class HeadroomController:
 
     def _total(self, name: HistogramName) -> WindowHistogram | None:
         """The evidence's histogram (windows whose bounds differ from the newest left out)."""
-        found: Sequence[WindowHistogram] = [w[name] for _, w in self._evidence if name in w]
-        if not found:
-            return None
-        acc = found[-1]
-        for hist in found[-2::-1]:
-            if hist.same_bounds(acc):
-                acc = acc + hist
-        return acc
-
+        return added_up([w[name] for _, w in self._evidence if name in w])
 
 
 def _histogram(target: MeanTarget | PercentileTarget) -> HistogramName:
