@@ -202,3 +202,31 @@ def test_steady_traffic_keeps_the_factor_at_one() -> None:
     policy, ttft, _ = _run(arrivals[arrivals < windows * WINDOW_S], windows)
     assert max(ttft) <= TTFT_MS
     assert set(policy.factors) == {1.0}
+
+
+def test_the_daemon_sizes_with_the_factor_and_exports_it_with_its_reason() -> None:
+    from exporter.replay.policies import OursPolicy
+
+    dep = replace(_deployment(), initial_params=LLAMA)
+    policy = OursPolicy(dep, WINDOW_S)
+    try:
+        t = 0.0
+        for _ in range(4):  # one pod, 10 req/s, every window's 300 TTFTs at 3x the target
+            t += WINDOW_S
+            obs = replace(_window(t, 3 * TTFT_MS), window_s=WINDOW_S)
+            view = WindowView(
+                observation=obs, kv_usage_ratio=0.1, max_kv_usage_ratio=0.1, waiting_requests=0,
+                generated_tokens_rps=0.0, peak_waiting=0, replica_starting=False,
+            )  # fmt: skip
+            policy.decide(view, t, 1)
+        families = {f.name: f for f in policy.daemon.collector.collect()}
+        last = policy.runtime.recommender.last
+    finally:
+        policy.close()
+    factor = families["vllm_sizer_headroom_factor"].samples[0].value
+    assert factor > 1.0 and factor == policy.runtime.headroom.state.factor
+    assert last is not None and last.sizing_rate_rps is not None
+    assert last.sizing_rate_rps >= factor * 10.0  # the rate sized for carries the factor
+    current = [s.labels["reason"] for s in families["vllm_sizer_headroom_reason"].samples
+               if s.value == 1.0]  # fmt: skip
+    assert current == [policy.runtime.headroom.state.reason.value]
