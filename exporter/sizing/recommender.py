@@ -296,9 +296,9 @@ class Recommender:
             "predicted_itl_ms": outlook.itl_ms,
             "binding_target": binding_target(plan.capacity),
             "predicted_percentiles": outlook.percentiles,
-            "infeasible_targets": infeasible_at_max(  # exporter.sizing.feasibility
-                dep, params, workload, bias, total_rps=sizing_rate, needed=plan.replicas,
-                inputs=inputs, shortfalls=self._shortfalls),
+            "infeasible_targets": infeasible_at_max(  # the model's claim, without headroom
+                dep, params, workload, bias, total_rps=sizing_rate / self._headroom,
+                needed=plan.replicas, inputs=inputs, shortfalls=self._shortfalls),
         }  # fmt: skip
         if plan.replicas is None:
             return self._stabilized(
