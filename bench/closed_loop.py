@@ -63,7 +63,7 @@ from exporter.replay.engine import ApplyAsIs, Engine, FleetSettings  # noqa: E40
 from exporter.replay.engine import Arm as EngineArm  # noqa: E402
 from exporter.replay.exposition import PerfectObserver  # noqa: E402
 from exporter.replay.perfect import KV_CAPACITY_TOKENS, window_gaps  # noqa: E402
-from exporter.replay.policies import OursPolicy, ThroughputPolicy  # noqa: E402
+from exporter.replay.policies import FixedPolicy, OursPolicy, ThroughputPolicy  # noqa: E402
 from exporter.replay.report import json_safe  # noqa: E402
 from model.queueing.params import ServerConfig, ServiceParams  # noqa: E402
 from model.simulation.workloads import LengthDist, LengthKind, RateProfile, draw_trace  # noqa: E402
@@ -133,11 +133,17 @@ def deployment_config(
 
 
 def run_arm(
-    scenario: Scenario, arm: Arm, seed: int, duration_s: float, slo: SloConfig | None = None
+    scenario: Scenario,
+    arm: Arm,
+    seed: int,
+    duration_s: float,
+    slo: SloConfig | None = None,
+    fixed: int | None = None,
 ) -> Run:
     """Replay the profile through the fleet with one arm deciding every window (our arms on
-    `slo` when given, else on the scenario's mean targets); the run keeps each window's
-    per-token gaps and the requests for percentile scoring."""
+    `slo` when given, else on the scenario's mean targets; `fixed`: that many replicas
+    throughout instead of the arm); the run keeps each window's per-token gaps and the
+    requests for percentile scoring, and our arms' infeasible targets per window."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     profile = RateProfile.paper(scenario.base_rps)
@@ -148,8 +154,10 @@ def run_arm(
         rng,
         duration_s=duration_s,
     )
-    policy: OursPolicy | ThroughputPolicy
-    if arm is Arm.THROUGHPUT:
+    policy: OursPolicy | ThroughputPolicy | FixedPolicy
+    if fixed is not None:
+        policy = FixedPolicy(fixed, name=f"fixed-{fixed}")
+    elif arm is Arm.THROUGHPUT:
         policy = ThroughputPolicy(KV_CAPACITY_TOKENS, MAX_REPLICAS, name=arm.value)
     else:
         look_ahead_s = LOOK_AHEAD_S if arm is Arm.LOOK_AHEAD else 0.0
@@ -159,7 +167,7 @@ def run_arm(
     observer = PerfectObserver(kv_capacity_tokens=KV_CAPACITY_TOKENS)
     engine = Engine(FLEET, [EngineArm(policy, observer, ApplyAsIs())])
     arrivals = DrawnArrivals(trace, lambda t_s: float(profile.rate_at(t_s)))
-    out = Run(scenario.name, arm.value, seed)
+    out = Run(scenario.name, policy.name, seed)
     for step in engine.steps(arrivals, duration_s):
         w = step.arms[0]
         obs = w.view.observation
@@ -182,8 +190,11 @@ def run_arm(
                 loading=w.view.replica_starting,
             )
         )
-        if isinstance(policy, OursPolicy) and out.first_fit_s is None and policy.params:
-            out.first_fit_s = w.end_s
+        if isinstance(policy, OursPolicy):
+            last = policy.runtime.recommender.last
+            out.infeasible.append(() if last is None else last.infeasible_targets)
+            if out.first_fit_s is None and policy.params:
+                out.first_fit_s = w.end_s
     if isinstance(policy, OursPolicy):
         if policy.params is not None:
             out.params = policy.params.to_dict()
@@ -325,13 +336,15 @@ def main(argv: list[str] | None = None) -> None:
         seeds,
         None if args.quick else RESULTS_DIR / "closed_loop_percentiles.json",
         run_start,
-        lambda base, thr, slo, seed: run_arm(
+        lambda base, thr, slo, seed, fixed=None: run_arm(
             next(s for s in SCENARIOS if s.name == base),
             Arm.THROUGHPUT if thr else Arm.QUEUEING,
             seed,
             duration_s,
             slo,
+            fixed,
         ),
+        MAX_REPLICAS,
     )
     wall = time.perf_counter() - started
     results["wall_s"] = wall

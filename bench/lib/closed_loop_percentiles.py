@@ -33,6 +33,7 @@ import numpy as np
 from bench.lib.closed_loop_report import Run
 from bench.lib.envelope import RunStart, with_run
 from bench.lib.percentile_sim import weighted_quantiles
+from bench.lib.percentile_targets import print_target_table, target_rows, target_table
 from exporter.config.values import SloConfig
 from exporter.replay.report import json_safe
 from model import LatencyMetric, PercentileTarget
@@ -166,22 +167,25 @@ def match_cost(
     return best[1], best[2], tried
 
 
-RunArm = Callable[[bool, SloConfig | None, int], Run]  # (throughput?, our SLO, seed) -> run
-# (base scenario name, throughput?, our SLO, seed) -> run
-RunBase = Callable[[str, bool, SloConfig | None, int], Run]
+RunArm = Callable[..., Run]  # (throughput?, our SLO, seed[, fixed replicas]) -> run
+RunBase = Callable[..., Run]  # (base scenario name, throughput?, our SLO, seed[, fixed]) -> run
 
 
 def run_percentile_scenarios(
-    only: str | None, seeds: list[int], out: Path | None, begun: RunStart, run: RunBase
+    only: str | None,
+    seeds: list[int],
+    out: Path | None,
+    begun: RunStart,
+    run: RunBase,
+    max_replicas: int,
 ) -> None:
-    """Every percentile scenario (or the one named `only`), its JSON written to `out`."""
+    """Every percentile scenario (or the one named `only`), its JSON written to `out`; the
+    simulator at `max_replicas` (true parameters) checks each infeasible claim."""
     for pct in PERCENTILE_SCENARIOS:
         if only not in (None, pct.name):
             continue
         started = time.perf_counter()
-        found = run_scenario(
-            pct, seeds, partial(run, pct.base)
-        )
+        found = run_scenario(pct, seeds, partial(run, pct.base), max_replicas)
         found["wall_s"] = time.perf_counter() - started
         if out is not None:
             payload = with_run(begun, {"seeds": seeds, **found})
@@ -195,12 +199,21 @@ def _mean_runs(run: RunArm, scenario: PercentileScenario, seed: int) -> Callable
 
 
 def run_scenario(
-    scenario: PercentileScenario, seeds: list[int], run: RunArm
+    scenario: PercentileScenario, seeds: list[int], run: RunArm, max_replicas: int | None = None
 ) -> dict[str, Any]:
-    """The three arms over the seeds: per-run scores, the cost search, and per-arm spreads."""
+    """The three arms over the seeds: per-run scores, the cost search, and per-arm spreads;
+    with `max_replicas`, each target's judged windows missed and whether it is infeasible by
+    the rule of exporter/sizing/feasibility.py, checked on the simulator at max_replicas."""
     runs: list[dict[str, Any]] = []
+    targets: list[dict[str, Any]] = []
     for seed in seeds:
         pct = run(False, scenario.percentile_slo(), seed)
+        if max_replicas is not None:
+            at_max = run(True, None, seed, max_replicas)
+            names = tuple(t.name for t in scenario.percentile_slo().percentiles)
+            found = (trailing_percentiles(pct), trailing_percentiles(at_max))
+            targets_ms = (scenario.ttft_p95_ms, scenario.itl_p99_ms)
+            targets.extend(target_rows(pct, at_max, names, targets_ms, found, seed))
         hours = replica_hours(pct)
         matched, scale, tried = match_cost(
             _mean_runs(run, scenario, seed),
@@ -233,7 +246,10 @@ def run_scenario(
                         "ttft_p95_over", "itl_p99_over", "replica_hours", "mean_replicas")
         }
     print_percentile_table(scenario, table, len(seeds))
-    return {"scenario": scenario_dict(scenario), "table": table, "runs": runs}
+    per_target = target_table(targets)
+    print_target_table(per_target, len(seeds), max_replicas)
+    return {"scenario": scenario_dict(scenario), "table": table, "runs": runs,
+            "targets": per_target, "target_runs": targets}  # fmt: skip
 
 
 def scenario_dict(scenario: PercentileScenario) -> dict[str, Any]:

@@ -146,6 +146,8 @@ class Run:
     # Per window: the per-token gaps (ms) and how many tokens had each; the requests at the end.
     window_gaps: list[tuple[FloatArray, FloatArray]] = field(default_factory=list)
     requests: SimResult | None = None
+    # Our arms, per window: the targets the decision said the model misses at replicas.max.
+    infeasible: list[tuple[str, ...]] = field(default_factory=list)
 
 
 def spread(values: list[float]) -> dict[str, float]:

@@ -21,6 +21,7 @@ from exporter.cli.fleet_options import (
 from exporter.config.checks import KeyReader
 from exporter.config.slo import parse_slo
 from exporter.config.values import SloConfig
+from exporter.sizing.feasibility import prefill_step_ms, single_targets
 from exporter.sizing.slo_targets import PredictedPercentile, predicted_percentiles
 from model import (
     DEFAULT_MODEL,
@@ -94,6 +95,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "itl.p99_ms=80, itl.kind=per_request",
     )
     plan.add_argument(
+        "--max-replicas", type=int, default=10, metavar="N",
+        help="replicas.max: a target is said infeasible at a load only when N replicas cannot "
+        "meet it there (default 10)",
+    )
+    plan.add_argument(
         "--load",
         type=number_flag(0.0, MAX_TOTAL_RPS),
         nargs=2,
@@ -117,6 +123,8 @@ def _slo_entry(text: str) -> tuple[str, str]:
 
 
 def _check_plan(args: argparse.Namespace) -> str | None:
+    if args.max_replicas < 1:
+        return f"argument --max-replicas: must be an integer >= 1, got {args.max_replicas}"
     if args.load is not None and args.load[0] > args.load[1]:
         return f"argument --load: MIN_RPS must be <= MAX_RPS, got {args.load[0]:g} {args.load[1]:g}"
     sections: dict[str, dict[str, object]] = {}
@@ -174,6 +182,7 @@ def run_plan(args: argparse.Namespace) -> int:
             f"one replica: saturates at {saturation:.4g} req/s; SLO capacity "
             f"{capacity.rate_rps:.4g} req/s ({capacity.binding_name}: {capacity.message})"
         )
+    alone = _target_capacities(params, server, workload, slo)
     rates = np.linspace(0.0, capacity.max_rate_rps, 11)[1:]
     curve = analyze(params, server, workload, rates)
     names = "".join(f" | {t.name} ms" for t in slo.percentiles)
@@ -192,14 +201,45 @@ def run_plan(args: argparse.Namespace) -> int:
             plan = _replicas(params, server, workload, capacity, float(load))
             assert plan.replicas is not None and plan.per_replica_rate_rps is not None
             tails = _percentile_cells(slo, params, server, workload, plan.per_replica_rate_rps)
+            missed = [n for n, rate in alone.items() if rate * args.max_replicas < load]
+            note = f"  infeasible at {args.max_replicas} replicas: {','.join(missed)}"
             print(
                 f"  {load:14.4g} | {plan.replicas:8d} | {plan.ttft_ms:19.2f} | "
-                f"{plan.itl_ms:6.2f}{tails}"
+                f"{plan.itl_ms:6.2f}{tails}{note if missed else ''}"
             )
     if args.png:
         _plot_plan(args.png, params, server, workload, capacity, slo)
         print(f"\nwrote {args.png}")
     return 0
+
+
+def _target_capacities(
+    params: ServiceParams, server: ServerConfig, workload: Workload, slo: SloConfig
+) -> dict[str, float]:
+    """One replica's SLO capacity for each target alone (req/s; 0: not met at any load), each
+    printed, with what sets a per-token ITL tail the prefill steps reach."""
+    out: dict[str, float] = {}
+    if len(single_targets(slo)) > 1:
+        print("each target alone:")
+    step_ms = prefill_step_ms(params, server, workload)
+    for name, alone in single_targets(slo):
+        cap = max_rate_for_slo(
+            params, server, workload, alone.ttft_ms, alone.itl_ms, percentiles=alone.percentiles
+        )
+        out[name] = cap.rate_rps if cap.feasible else 0.0
+        line = f"  {name}: {out[name]:.4g} req/s per replica"
+        (target,) = alone.percentiles or (None,)
+        if target is not None and target.metric is LatencyMetric.ITL_PER_TOKEN:
+            if step_ms > target.target_ms:
+                line += (
+                    f"; a step carrying a prefill chunk lasts about {step_ms:.3g} ms (alpha + "
+                    f"beta x the prompt), above the target: it holds only while fewer than "
+                    f"{1 - target.quantile:.2%} of the gaps fall in such steps, so its "
+                    "capacity is set by prefill interleaving, not by queueing"
+                )
+        if len(single_targets(slo)) > 1 or line.count(";"):
+            print(line)
+    return out
 
 
 def _replicas(

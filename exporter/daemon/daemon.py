@@ -34,7 +34,7 @@ from exporter.daemon.deployment_state import (
     tuner_observation,
 )
 from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
-from exporter.daemon.log_lines import FailureStreaks, log_unexpected
+from exporter.daemon.log_lines import FailureStreaks, InfeasibleTargets, log_unexpected
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
 from exporter.sizing.evidence import extrapolation_ratio, with_past_misses
@@ -91,6 +91,7 @@ class Daemon:
         registry.register(self.collector)
         self.metrics = OperationMetrics(registry, config.deployments)
         self._failures = FailureStreaks(logger)
+        self._infeasible = InfeasibleTargets(logger)
         self._readers = ThreadPoolExecutor(
             max_workers=max(1, len(config.deployments)),
             thread_name_prefix="vllm-sizer-read",
@@ -220,10 +221,12 @@ class Daemon:
         self._tune(runtime, obs)
         estimate, handover = runtime.tuner.estimate(), runtime.handover()
         evidence = with_past_misses(estimate.window, runtime.evidence, dep.slo)
+        headroom = runtime.headroom.observe(obs, runtime.recommender.last)  # sizing/headroom.py
         decision = runtime.recommender.decide(
             now_s, obs, estimate.params, runtime.workload, estimate.bias, runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
             handover=handover, evidence=evidence,
+            headroom=headroom.factor,
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)
@@ -341,10 +344,14 @@ class Daemon:
             slo_percentiles=dep.slo.percentiles,
             observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
             slo_window_requests=runtime.slo_window.requests(),
+            headroom=runtime.headroom.state,
         )
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
-        obs, params = runtime.observation, runtime.params
+        obs, params, dep = runtime.observation, runtime.params, runtime.config
+        if d.sizing_rate_rps is not None:
+            rate, targets = d.sizing_rate_rps, d.infeasible_targets
+            self._infeasible.note(dep.name, targets, dep.max_replicas, rate)
         logger.info(
             "deployment=%s rate_rps=%s replicas=%s->%s reason=%s ttft_ms=%s/%s itl_ms=%s/%s "
             "params_ms=%s tuner=%s",

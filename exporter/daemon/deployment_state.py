@@ -18,6 +18,7 @@ from exporter.config.values import DeploymentConfig
 from exporter.daemon.state_bounds import out_of_bounds
 from exporter.sizing.attainment import SloWindow
 from exporter.sizing.handover import Handover, TrustedEstimate
+from exporter.sizing.headroom import HeadroomController
 from exporter.sizing.recommender import Recommender, preempted, waiting_queue_grows
 from exporter.sizing.traffic import ModelInputs, TrafficTracker
 from model import Observation, ServiceParams, Workload
@@ -61,9 +62,11 @@ class DeploymentRuntime:
     slo_window: SloWindow = field(init=False)  # latency histograms over slo_window_s
     trusted: TrustedEstimate = field(default_factory=TrustedEstimate)
     evidence: deque[Observation] = field(default_factory=lambda: deque(maxlen=EVIDENCE_WINDOWS))
+    headroom: HeadroomController = field(init=False)  # the capacity factor from misses
 
     def __post_init__(self) -> None:
         self.slo_window = SloWindow(self.config.slo.window_s)
+        self.headroom = HeadroomController(self.config.slo)
 
     def note_shape(self, obs: DeploymentObservation) -> None:
         """Add a window's request shape; the workload becomes the completion-weighted mean of

@@ -19,11 +19,16 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporter.config.values import DemandKind
 from exporter.daemon.exposition_slo import PERCENTILE_GAUGES as PERCENTILE_GAUGES
-from exporter.daemon.exposition_slo import attainment_families, percentile_families
+from exporter.daemon.exposition_slo import (
+    attainment_families,
+    feasibility_family,
+    percentile_families,
+)
 from exporter.daemon.metric_names import LABELS as LABELS
 from exporter.daemon.metric_names import PREFIX as PREFIX
 from exporter.daemon.metric_names import S_PER_MS as S_PER_MS
 from exporter.sizing.attainment import ObservedAttainment
+from exporter.sizing.headroom import Headroom, HeadroomReason
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import Decision
 from exporter.sizing.slo_targets import BindingTarget
@@ -61,6 +66,7 @@ class DeploymentStatus:
     slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
     observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
     slo_window_requests: float | None = None  # requests with a first token in slo_window_s
+    headroom: Headroom | None = None  # the capacity factor from observed misses
 
 
 class Signal(StrEnum):
@@ -221,6 +227,12 @@ GAUGES: tuple[GaugeSpec, ...] = (
         lambda s: s.pods_observed,
     ),
     GaugeSpec(
+        "headroom_factor",
+        "Capacity factor learnt from observed SLO misses the model did not predict (1: none): "
+        "the rate is sized for x this, as of the last cycle.",
+        lambda s: None if s.headroom is None else s.headroom.factor,
+    ),
+    GaugeSpec(
         "calibration_confidence",
         "How far the calibration can be trusted, 0-1 (0 while warming; >= 0.5: size on "
         "desired_replicas), as of the last cycle.",
@@ -275,6 +287,13 @@ ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
         "target",
         BindingTarget,
         lambda s: s.decision.binding_target,
+    ),
+    EnumGaugeSpec(
+        "headroom_reason",
+        "Why headroom_factor has its value: 1 for the current reason, 0 for the others.",
+        "reason",
+        HeadroomReason,
+        lambda s: None if s.headroom is None else s.headroom.reason,
     ),
 )
 
@@ -368,6 +387,7 @@ class SnapshotCollector:
         yield _parameter_sources(snapshot)
         yield from percentile_families(snapshot.deployments)
         yield from attainment_families(snapshot.deployments)
+        yield feasibility_family(snapshot.deployments)
 
 
 def _parameter_sources(snapshot: CycleSnapshot) -> GaugeMetricFamily:

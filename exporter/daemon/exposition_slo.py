@@ -1,6 +1,7 @@
-"""Prometheus families of the percentile targets, from the collector's snapshot
-(exporter.daemon.exposition): predicted and configured percentiles by `percentile` (and `kind` for
-ITL), predicted and observed attainment by `target`, and the SLO window's request count."""
+"""Prometheus families of the targets, from the collector's snapshot (exporter.daemon.exposition):
+predicted and configured percentiles by `percentile` (and `kind` for ITL), predicted and observed
+attainment by `target`, the SLO window's request count, and each target's feasibility at
+replicas.max."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from exporter.config.values import ItlKind
 from exporter.daemon.metric_names import LABELS, PREFIX, S_PER_MS
 from exporter.sizing.attainment import ObservedAttainment
+from exporter.sizing.feasibility import target_names
 from exporter.sizing.recommender import Decision
 from exporter.sizing.slo_targets import percentile_label
 from model import LatencyMetric, PercentileTarget
@@ -32,6 +34,10 @@ class DeploymentStatus(Protocol):
     def observed_attainment(self) -> tuple[ObservedAttainment, ...]: ...
     @property
     def slo_window_requests(self) -> float | None: ...
+    @property
+    def slo_ttft_ms(self) -> float | None: ...
+    @property
+    def slo_itl_ms(self) -> float | None: ...
 
 
 def attainment_families(statuses: Sequence[DeploymentStatus]) -> Iterator[Metric]:
@@ -109,3 +115,21 @@ def percentile_families(statuses: Sequence[DeploymentStatus]) -> Iterator[Metric
             add("slo", s, target, target.target_ms)
     yield from families.values()
     yield attainment
+
+
+def feasibility_family(statuses: Sequence[DeploymentStatus]) -> Metric:
+    """Each configured target: 1 when the model meets it at replicas.max at the rate sized
+    for, 0 when it cannot (exporter.sizing.feasibility); no series before a sizing."""
+    family = GaugeMetricFamily(
+        PREFIX + "slo_target_feasible",
+        "1 when the model meets the target at replicas.max at the rate sized for, 0 when it "
+        "cannot (the target is infeasible there), as of the last sizing.",
+        labels=(*LABELS, "target"),
+    )
+    for s in statuses:
+        if s.decision.binding_target is None:
+            continue
+        infeasible = s.decision.infeasible_targets
+        for name in target_names(s.slo_ttft_ms, s.slo_itl_ms, s.slo_percentiles):
+            family.add_metric([s.deployment, s.model_name, name], float(name not in infeasible))
+    return family

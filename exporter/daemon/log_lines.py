@@ -45,3 +45,26 @@ class FailureStreaks:
             self._log.info(
                 "%s: source recovered after %d failed cycle(s) (%s)", name, count, reason
             )
+
+
+class InfeasibleTargets:
+    """Per deployment: the targets the model last said it cannot meet at replicas.max. A
+    WARNING when that set changes to a non-empty one, an INFO line when it empties."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._last: dict[str, tuple[str, ...]] = {}
+
+    def note(self, name: str, targets: tuple[str, ...], max_replicas: int, rate: float) -> None:
+        """This cycle's infeasible targets of `name` at a sized-for rate (req/s)."""
+        if targets == self._last.get(name, ()):
+            return
+        self._last[name] = targets
+        if targets:
+            self._log.warning(
+                "%s: target(s) %s cannot be met at replicas.max=%d at %.4g req/s: the model "
+                "misses them with every replica allowed", name, ",".join(targets), max_replicas,
+                rate,
+            )  # fmt: skip
+        else:
+            self._log.info("%s: every target can be met within replicas.max again", name)

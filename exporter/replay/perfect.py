@@ -16,7 +16,9 @@ deltas: over the window (start, end],
 - running and waiting per pod: means over gauge samples taken through the window (ready pods);
   the backlog test per observed pod is the collector's own (`backlog_growing`);
 - token-length histograms (vLLM's 1-2-5 buckets, exact sum) of the completed requests, from
-  which the daemon measures the length CVs as it does from a real exposition;
+  which the daemon measures the length CVs as it does from a real exposition, and the latency
+  histograms in vLLM's buckets (TTFT of the first tokens, the window's token gaps, the completed
+  requests' time per output token), from which it reads observed attainment;
 - KV usage: KV tokens held over the capacity, at the window's end (vLLM's gauge), mean and max
   over ready pods; waiting requests at the end, summed (what the throughput analyzer reads).
 """
@@ -37,7 +39,12 @@ from exporter.collector.pod_observation import MS_PER_S, Problem
 from exporter.collector.saturation import backlog_growing
 from exporter.collector.vllm_metrics import HistogramName
 from exporter.testbed.emulator import DEFAULT_MAX_MODEL_LEN
-from exporter.testbed.emulator_metrics import length_histogram
+from exporter.testbed.emulator_metrics import (
+    ITL_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    latency_histogram,
+    length_histogram,
+)
 from model.baselines.throughput_analyzer import FleetState
 from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, SimResult
@@ -157,7 +164,8 @@ def observe_window(
         status = ObservationStatus.NO_LATENCY
     else:
         status = ObservationStatus.OK
-    itl = token_gap_ms(*window_gaps(records))
+    gaps_ms, gap_weights = window_gaps(records)
+    itl = token_gap_ms(gaps_ms, gap_weights)
     observation = DeploymentObservation(
         success=status in (ObservationStatus.OK, ObservationStatus.NO_LATENCY),
         status=status,
@@ -189,6 +197,14 @@ def observe_window(
             HistogramName.PROMPT_LEN: length_histogram(result.input_tokens[done], max_model_len),
             HistogramName.GENERATION_LEN: length_histogram(
                 result.output_tokens[done], max_model_len
+            ),
+            # vLLM's latency histograms, as the SLO window and the headroom read them.
+            HistogramName.TTFT_S: latency_histogram(
+                result.ttft_ms[firsts] / MS_PER_S, TTFT_BUCKETS_S
+            ),
+            HistogramName.ITL_S: latency_histogram(gaps_ms / MS_PER_S, ITL_BUCKETS_S, gap_weights),
+            HistogramName.REQUEST_TPOT_S: latency_histogram(
+                result.itl_ms[done] / MS_PER_S, ITL_BUCKETS_S
             ),
         },
     )

@@ -92,6 +92,18 @@ def attainment_bracket(hist: WindowHistogram, target_ms: float) -> tuple[float, 
     return lower, upper
 
 
+def added_up(windows: Sequence[WindowHistogram]) -> WindowHistogram | None:
+    """The windows' histograms (oldest first) added up; those whose bounds differ from the
+    newest are left out. None without any."""
+    if not windows:
+        return None
+    acc = windows[-1]
+    for hist in windows[-2::-1]:
+        if hist.same_bounds(acc):
+            acc = acc + hist
+    return acc
+
+
 @dataclass(slots=True)
 class _Cycle:
     """One cycle's histograms and the model's attainment at that cycle's load."""
@@ -123,14 +135,7 @@ class SloWindow:
 
     def total(self, name: HistogramName) -> WindowHistogram | None:
         """The window's histogram; cycles whose bounds differ from the newest are left out."""
-        found = [c.histograms[name] for c in self._cycles if name in c.histograms]
-        if not found:
-            return None
-        acc = found[-1]
-        for hist in found[-2::-1]:
-            if hist.same_bounds(acc):
-                acc = acc + hist
-        return acc
+        return added_up([c.histograms[name] for c in self._cycles if name in c.histograms])
 
     def attainment(self, targets: Sequence[PercentileTarget]) -> tuple[ObservedAttainment, ...]:
         """Each target's observed attainment over the window (targets without observations are

@@ -19,6 +19,7 @@ from exporter.collector.observations import DeploymentObservation, ObservationSt
 from exporter.collector.saturation import Saturation
 from exporter.config.values import DemandKind, DeploymentConfig
 from exporter.sizing.evidence import bounded, envelope
+from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.handover import Handover
 from exporter.sizing.reasons import REASON_MESSAGES, Reason
@@ -48,10 +49,8 @@ def preempted(obs: DeploymentObservation) -> bool:
 
 
 # Observation verdicts that carry no rates: what the decision says instead.
-_UNUSABLE = {
-    ObservationStatus.NO_PODS: Reason.NO_PODS,
-    ObservationStatus.MODEL_NOT_FOUND: Reason.MODEL_NOT_FOUND,
-}
+_UNUSABLE = {ObservationStatus.NO_PODS: Reason.NO_PODS,
+             ObservationStatus.MODEL_NOT_FOUND: Reason.MODEL_NOT_FOUND}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +71,7 @@ class Decision:
     predicted_itl_ms: float | None
     binding_target: BindingTarget | None = None  # None: not sized this cycle
     predicted_percentiles: tuple[PredictedPercentile, ...] = ()  # same load and replicas
+    infeasible_targets: tuple[str, ...] = ()  # missed by the model at replicas.max
 
 
 def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
@@ -123,6 +123,7 @@ class Recommender:
         self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
         self._shortfalls: dict[PercentileTarget, float] = {}
+        self._headroom = 1.0
 
     def decide(
         self,
@@ -137,6 +138,7 @@ class Recommender:
         shortfalls: Mapping[PercentileTarget, float] | None = None,
         handover: Handover | None = None,
         evidence: Sequence[Observation] = (),
+        headroom: float = 1.0,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -144,9 +146,10 @@ class Recommender:
         scale_from_zero query's value (None: not read); `shortfalls` tighten percentile targets
         the observations say the model over-promises; `evidence` (windows) bounds capacity,
         whichever parameters size it; `handover` (the calibration is not trusted) replaces
-        `params`, and neither bias nor shortfalls apply to its parameters."""
+        `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
+        x `headroom` (exporter.sizing.headroom)."""
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
-        self._evidence = evidence
+        self._evidence, self._headroom = evidence, headroom
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -242,9 +245,9 @@ class Recommender:
                 reason = Reason.TUNER_WARMING if params is None else Reason.NO_WORKLOAD
             return self._stabilized(now_s, wanted, None, reason, current, rate)
         inputs = inputs or ModelInputs(dep.model, dep.server)
-        sizing_rate = self.projected_rate(rate) + rate_margin_rps(
+        sizing_rate = self._headroom * (self.projected_rate(rate) + rate_margin_rps(
             rate, obs.window_s, inputs.options.arrival_cv, dep.rate_margin_sigmas
-        )
+        ))  # fmt: skip
         outlook = forecast(
             dep, params, workload, bias, size_for_rps=sizing_rate,
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
@@ -259,7 +262,10 @@ class Recommender:
             "predicted_itl_ms": outlook.itl_ms,
             "binding_target": binding_target(plan.capacity),
             "predicted_percentiles": outlook.percentiles,
-        }
+            "infeasible_targets": infeasible_at_max(  # the model's claim, without headroom
+                dep, params, workload, bias, total_rps=sizing_rate / self._headroom,
+                needed=plan.replicas, inputs=inputs, shortfalls=self._shortfalls),
+        }  # fmt: skip
         if checked.replicas is None and handover:
             # The targets are out of the prior's reach, not necessarily of the fleet's: hold
             # (one more while the queue grows) rather than ask for replicas.max on a guess.

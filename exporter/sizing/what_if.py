@@ -10,6 +10,7 @@ from typing import Any
 
 from exporter.config.values import DeploymentConfig
 from exporter.sizing.evidence import EXTRAPOLATED_RATIO, bounded, envelope, latency_floor_ms
+from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.slo_targets import (
     BindingTarget,
@@ -50,7 +51,8 @@ class WhatIf:
     max_rate_per_replica_rps: float
     saturation_rate_per_replica_rps: float
     replicas_needed: int | None
-    feasible: bool
+    feasible: bool  # at some load
+    max_replicas: int
     params: dict[str, float]
     binding_target: BindingTarget | None = None
     # The configured percentile targets' percentiles at the per-replica rate (no bias factor).
@@ -66,6 +68,8 @@ class WhatIf:
         """The prediction is made beyond the observed rates (or with none observed)."""
         ratio = self.extrapolation_ratio
         return ratio is None or ratio > EXTRAPOLATED_RATIO
+    # The targets the model misses at replicas.max at this total rate (exporter.sizing.feasibility).
+    infeasible_targets: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe, in seconds; an unstable prediction's latencies are null."""
@@ -81,6 +85,8 @@ class WhatIf:
             "saturation_rate_per_replica_requests_per_second": self.saturation_rate_per_replica_rps,
             "replicas_needed": self.replicas_needed,
             "slo_feasible": self.feasible,
+            "max_replicas": self.max_replicas,
+            "infeasible_targets": list(self.infeasible_targets),
             "binding_target": None if self.binding_target is None else self.binding_target.value,
             "percentile_targets": [_target(p) for p in self.targets],
             "percentiles": _quantiles(self.quantiles),
@@ -169,6 +175,11 @@ def what_if(
         saturation_rate_per_replica_rps=checked.saturation_rps,
         replicas_needed=checked.replicas,
         feasible=outlook.plan.capacity.feasible,
+        max_replicas=dep.max_replicas,
+        infeasible_targets=infeasible_at_max(
+            dep, params, workload, bias, total_rps=rate_rps, needed=outlook.plan.replicas,
+            inputs=inputs,
+        ),
         params=params.to_dict(),
         binding_target=binding_target(outlook.plan.capacity),
         targets=outlook.percentiles,

@@ -65,6 +65,23 @@ def length_histogram(tokens: NDArray[np.int64], max_model_len: int) -> WindowHis
     )
 
 
+def latency_histogram(
+    values_s: FloatArray, bounds_s: tuple[float, ...], weights: FloatArray | None = None
+) -> WindowHistogram:
+    """The latency histogram (s) these observations leave in vLLM's exposition (a bound counts
+    values <= it; `weights`: how many observations each value stands for, as the token count of
+    an iteration's gap); a value that is not finite (no gap yet) is left out."""
+    bounds = np.asarray(bounds_s)
+    kept = np.isfinite(values_s)
+    values_s = values_s[kept]
+    w = np.ones_like(values_s) if weights is None else weights[kept]
+    buckets = np.searchsorted(bounds, values_s, side="left")
+    counts = np.bincount(buckets, weights=w, minlength=bounds.size + 1).astype(np.float64)
+    return WindowHistogram(
+        bounds=bounds, counts=counts, sum=float(np.dot(values_s, w)), count=float(w.sum())
+    )
+
+
 class FinishedReason(StrEnum):
     """vLLM's `finished_reason` label values; emulated requests stop at max_tokens (length)."""
 

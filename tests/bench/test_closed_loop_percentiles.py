@@ -66,3 +66,31 @@ def test_trailing_percentiles_read_the_simulated_requests() -> None:
     assert p99 is not None and 0.0 < p99 < 1000.0
     s = score(run, PERCENTILE_SCENARIOS[0])
     assert s["cycles"] == 12 and 0 <= s["any_over"] <= s["cycles_outside_loading"]
+
+
+def test_target_rows_tell_met_missed_and_infeasible_claims_checked_at_max() -> None:
+    from bench.lib.percentile_targets import target_rows, target_table
+
+    ours, at_max = _run([1] * 20), _run([10] * 20)
+    ours.cycles[0].loading = True  # not judged
+    ours.infeasible = [()] * 10 + [("b",)] * 10  # b said infeasible in the second half
+    names, targets = ("a", "b"), (100.0, 40.0)
+    # a: missed in 1 of 19 judged windows; b: missed in the 10 windows it was said infeasible
+    # in, and the simulator at max misses b in 20 of 20.
+    mine = [(150.0 if k == 5 else 50.0, 60.0 if k >= 10 else 30.0) for k in range(20)]
+    fixed = [(50.0, 45.0)] * 20
+    rows = target_rows(ours, at_max, names, targets, (mine, fixed), 1)
+    table = target_table(rows)
+    assert rows[0]["judged_windows"] == 19
+    assert table["a"]["missed_pct"] == 100.0 / 19 and table["a"]["verdict"] == "missed"
+    assert table["b"]["said_infeasible_pct"] == 100.0 * 10 / 19
+    assert table["b"]["at_max_missed_pct"] == 100.0
+    assert table["b"]["verdict"] == "infeasible (checked)"
+    # The same claim when the simulator at max meets the target fails.
+    rows = target_rows(ours, at_max, names, targets, (mine, [(50.0, 30.0)] * 20), 1)
+    assert target_table(rows)["b"]["verdict"] == "infeasible (claim fails at max)"
+    # Met: at most 5 % of judged windows.
+    calm = [(50.0, 30.0)] * 20
+    assert target_table(target_rows(ours, at_max, names, targets, (calm, calm), 1))["a"][
+        "verdict"
+    ] == "met"

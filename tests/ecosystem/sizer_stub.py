@@ -67,6 +67,7 @@ class SizerValues:
             "arrival_cv": 1.3,
             "kv_batch_limit": 180.0,
             "calibration_confidence": 0.9,
+            "headroom_factor": 1.25,
         }
     )
     # The current value of each enum-style gauge (exporter.daemon.exposition.ENUM_GAUGES).
@@ -76,6 +77,7 @@ class SizerValues:
             "tuner_state": "fitted",
             "tuner_reason": "accepted",
             "binding_target": "ttft_percentile",
+            "headroom_reason": "holding",
         }
     )
     # Percentile gauges and predicted attainment: their labels and value.
@@ -87,6 +89,8 @@ class SizerValues:
             "slo_itl_quantile_seconds": ({"percentile": "99", "kind": "per_token"}, 0.08),
             "predicted_slo_attainment_ratio": ({"target": "ttft_p95"}, 0.97),
             "observed_slo_attainment_ratio": ({"target": "ttft_p95", "bound": "exact"}, 0.96),
+            # 0: the target the model misses at replicas.max (the dashboard draws the 0s).
+            "slo_target_feasible": ({"target": "itl_per_token_p99"}, 0.0),
         }
     )
     # The scale_from_zero demand, by kind (a deployment with scale_from_zero has one).

@@ -174,6 +174,7 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
             "predicted_slo_attainment_ratio",
             "observed_slo_attainment_ratio",
             "observed_slo_window_requests",
+            "slo_target_feasible",
         )
     }
     assert gauges | enums | percentiles | labelled == names

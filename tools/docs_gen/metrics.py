@@ -24,6 +24,7 @@ from exporter.daemon.daemon import Daemon
 from exporter.daemon.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
 from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
 from exporter.sizing.attainment import Bound
+from exporter.sizing.headroom import HeadroomReason
 from exporter.sizing.reasons import Reason
 from exporter.sizing.slo_targets import BindingTarget
 from exporter.sizing.traffic import LengthCvKind
@@ -49,6 +50,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_observation_problems_total{problem}": Problem,
     "vllm_sizer_cycles_total{outcome}": CycleOutcome,
     "vllm_sizer_cycles_skipped_total{event}": SkippedEvent,
+    "vllm_sizer_headroom_reason{reason}": HeadroomReason,
 }
 # Labels whose values are not an enumeration: names and numbers from the configuration.
 FREE_LABELS = {

@@ -76,6 +76,15 @@ def test_first_window_counts_rates_latencies_gauges_and_the_new_pod() -> None:
     output = obs.windows[HistogramName.GENERATION_LEN]
     assert (prompt.count, prompt.sum, output.count, output.sum) == (2.0, 20.0, 2.0, 5.0)
     assert prompt.counts[list(prompt.bounds).index(10.0)] == 2.0  # a bound counts values <= it
+    # vLLM's latency histograms in vLLM's buckets, sums exact: TTFTs of 100 and 130 ms (both
+    # above 80 ms, at most 250 ms), three gaps of 100 ms (above 75 ms, at most 150 ms).
+    ttft = obs.windows[HistogramName.TTFT_S]
+    assert (ttft.count, ttft.sum) == pytest.approx((2.0, 0.23), rel=1e-6)
+    assert (ttft.share_at_most(0.08), ttft.share_at_most(0.25)) == (0.0, 1.0)
+    gaps = obs.windows[HistogramName.ITL_S]
+    assert (gaps.count, gaps.sum) == pytest.approx((3.0, 0.3), rel=1e-6)
+    assert (gaps.share_at_most(0.075), gaps.share_at_most(0.15)) == (0.0, 1.0)
+    assert obs.windows[HistogramName.REQUEST_TPOT_S].count == 2.0
 
 
 def test_window_without_completions_has_no_latency_and_a_backlog_of_two_is_not_growing() -> None:
