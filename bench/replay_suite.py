@@ -98,6 +98,7 @@ SCALED = 1.5  # the conversation trace x1.5 needs 4-8 replicas (its fixed best: 
 QUICK_S = 600.0  # --quick: the first ten minutes of every trace
 ZERO_LOAD_SAMPLE = 400  # requests whose zero-load TTFT sets a trace's targets
 ALONE_S = 1000.0  # apart: each request served alone
+DERIVED = "the trace's shape (2x zero-load mean and p95 TTFT, 2x zero-load ITL)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +272,7 @@ def run_trace(name: str, quick: bool) -> dict[str, Any]:
     }
     return json_safe({
         "name": name, "about": spec.about, "shape": shape(trace), "slo": slo,
-        "targets_from": "issue 36" if spec.slo else "the trace's shape (2x/4x/2x zero-load)",
+        "targets_from": "issue 36" if spec.slo else DERIVED,
         "prefix_reuse": "ignored", "length_scaling": "none",
         "windows": report["windows"], "judged_windows": report["judged_windows"],
         "initial_replicas": start,
