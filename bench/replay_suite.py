@@ -60,6 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.lib.replay_suite_page import markdown  # noqa: E402
+from bench.replay_trace import lognormal  # noqa: E402
 from exporter.config.loader import parse_config  # noqa: E402
 from exporter.replay.arrivals import DrawnArrivals  # noqa: E402
 from exporter.replay.hindsight import fixed_best, scored  # noqa: E402
@@ -93,11 +94,11 @@ STARTUP_S = 90
 SEED = 37
 POLICIES = (PolicyName.OURS, PolicyName.THROUGHPUT, PolicyName.REACTIVE)
 ISSUE36_SLO = {"ttft_ms": 200.0, "itl_ms": 50.0, "ttft": {"p95_ms": 500.0}}
-MAX_TOKENS = 16_384
 SCALED = 1.5  # the conversation trace x1.5 needs 4-8 replicas (its fixed best: see the JSON)
 QUICK_S = 600.0  # --quick: the first ten minutes of every trace
 ZERO_LOAD_SAMPLE = 400  # requests whose zero-load TTFT sets a trace's targets
 ALONE_S = 1000.0  # apart: each request served alone
+DERIVED = "the trace's shape (2x zero-load mean and p95 TTFT, 2x zero-load ITL)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,15 +112,9 @@ class Spec:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def _lognormal(rng: np.random.Generator, mean: float, cv: float, size: int) -> np.ndarray:
-    sigma2 = math.log1p(cv * cv)
-    draws = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size)
-    return np.clip(np.rint(draws), 1, MAX_TOKENS).astype(np.int64)
-
-
 def _with_lengths(times: np.ndarray, rng: np.random.Generator) -> RequestTrace:
-    return RequestTrace(times, _lognormal(rng, 1024, 1.5, times.size),
-                        _lognormal(rng, 256, 1.2, times.size))
+    return RequestTrace(times, lognormal(rng, 1024, 1.5, times.size),
+                        lognormal(rng, 256, 1.2, times.size))
 
 
 def _profile(points: list[tuple[float, float]]) -> RateProfile:
@@ -271,7 +266,7 @@ def run_trace(name: str, quick: bool) -> dict[str, Any]:
     }
     return json_safe({
         "name": name, "about": spec.about, "shape": shape(trace), "slo": slo,
-        "targets_from": "issue 36" if spec.slo else "the trace's shape (2x/4x/2x zero-load)",
+        "targets_from": "issue 36" if spec.slo else DERIVED,
         "prefix_reuse": "ignored", "length_scaling": "none",
         "windows": report["windows"], "judged_windows": report["judged_windows"],
         "initial_replicas": start,

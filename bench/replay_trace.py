@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         out = work / "out"
         command = [sys.executable, "-m", "exporter.cli.main", "replay", "--trace", str(trace),
                    "--config", str(config), "--policy", POLICIES, "--out", str(out),
-                   "--seed", str(args.seed), "--price-per-replica-hour", "2.5"]
+                   "--seed", str(args.seed), "--price-per-replica-hour", "2.5",
+                   "--no-fixed-best"]  # the command's own cost, not the fixed-fleet search's
         load = os.getloadavg()
         began = time.perf_counter()
         done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,

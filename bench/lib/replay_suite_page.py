@@ -42,7 +42,9 @@ def markdown(suite: dict[str, Any]) -> str:
         f"{truth['beta_ms']:g} ms, gamma {truth['gamma_ms']:g} ms); B = "
         f"{suite['server']['max_num_seqs']}, M = {suite['server']['max_num_batched_tokens']}; "
         f"lengths as each trace has them (no length scaling); prefix reuse ignored (every prompt "
-        f"computed in full). Replicas 1-{suite['max_replicas']}, every policy from 1, new "
+        f"computed in full). Replicas 1-{suite['max_replicas']}; every fleet starts as if "
+        f"already running: each fixed fleet of the search at its own N, every policy at the N "
+        f"found (the `start` column; {suite['max_replicas']} when none is); new "
         f"replicas serving {suite['startup_delay_s']:g} s after they are asked for, "
         f"{suite['window_s']:g}-s windows, judged from the first startup delay on. A window meets "
         "every target when each configured target's figure (mean TTFT, mean ITL, trailing p95 "
@@ -50,17 +52,17 @@ def markdown(suite: dict[str, Any]) -> str:
         "judged windows (bisection over N); cost ratio = replica-hours / fixed_best's. "
         "Hand-over: windows in which ours proposed the reactive low-confidence count.",
         "",
-        "| trace | targets | fixed best N | policy | met every target | replica-hours | "
+        "| trace | targets | fixed best N | start | policy | met every target | replica-hours | "
         "cost / fixed best | hand-over | reversals |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for trace in suite["traces"]:
         best = trace["fixed_best_n"]
         verdict = str(best) if best is not None else f"infeasible at {suite['max_replicas']}"
         for k, name in enumerate(p for p in ORDER if p in trace["policies"]):
             p = trace["policies"][name]
-            lead = (f"{trace['name']} | {_slo(trace['slo'])} | {verdict}" if k == 0
-                    else " | | ")
+            lead = (f"{trace['name']} | {_slo(trace['slo'])} | {verdict} | "
+                    f"{trace['initial_replicas']}" if k == 0 else " | | | ")
             lines.append(
                 f"| {lead} | {name} | {_pct(p['met_share'])} | {_num(p['replica_hours'])} | "
                 f"{_num(p['cost_ratio_vs_fixed_best'])} | {_pct(p['handover_share'])} | "

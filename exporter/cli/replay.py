@@ -320,6 +320,21 @@ def _replay(args: argparse.Namespace) -> int:
         result = replay(settings, truth, args.policy, source,
                         on_step=None if progress is None else progress.update,
                         stop=stopping.requested)
+        if progress is not None:
+            progress.close()
+        report = result_json(result, args.price_per_replica_hour)
+        if not (args.no_fixed_best or result.partial):
+            if progress is not None:
+                print("searching for the cheapest fixed fleet (one replay per N tried; "
+                      "--no-fixed-best skips it)", file=sys.stderr)
+            best = fixed_best(
+                settings, truth,
+                lambda: _arrivals(args, transform, np.random.default_rng(args.seed))[0],
+                stop=stopping.requested)
+            if stopping.requested():
+                print("fixed-fleet search stopped: reported without it", file=sys.stderr)
+            else:
+                report = scored(report, best, args.price_per_replica_hour)
     except TraceError as exc:
         if progress is not None:
             progress.close()
@@ -329,13 +344,6 @@ def _replay(args: argparse.Namespace) -> int:
         stopping.restore()
         if isinstance(source, TraceReader):
             source.close()
-    if progress is not None:
-        progress.close()
-    report = result_json(result, args.price_per_replica_hour)
-    if not (args.no_fixed_best or result.partial):
-        best = fixed_best(settings, truth,
-                          lambda: _arrivals(args, transform, np.random.default_rng(args.seed))[0])
-        report = scored(report, best, args.price_per_replica_hour)
     report["bad_rows_skipped"] = skipped + getattr(source, "bad_rows", 0)
     report["seed"] = args.seed
     report["input"] = _input(args, getattr(source, "rows", None))
@@ -347,7 +355,7 @@ def _replay(args: argparse.Namespace) -> int:
         (args.out / "replay.json").write_text(json.dumps(json_safe(report), indent=1))
         plot(report, args.out / "replay.png")
         print(f"wrote {args.out / 'replay.json'} and {args.out / 'replay.png'}")
-    return INTERRUPTED if result.partial else 0
+    return INTERRUPTED if result.partial or stopping.requested() else 0
 
 
 def _input(args: argparse.Namespace, rows: int | None) -> dict[str, object]:

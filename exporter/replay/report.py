@@ -90,7 +90,7 @@ def header(report: dict[str, Any]) -> list[str]:
         r = report["replicas"]
         lines.append(f"judged: {report['judged_windows']} windows from {report['judged_from_s']:g} "
                      f"s (after the first startup delay); every policy starts at {r['initial']} "
-                     f"replicas")
+                     f"replica{'' if r['initial'] == 1 else 's'}")
     if "fixed_best_n" in report:
         best = report["fixed_best_n"]
         lines.append(
