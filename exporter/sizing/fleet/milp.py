@@ -1,0 +1,175 @@
+"""The least-cost integer plan over all models at once: a mixed-integer program solved by
+HiGHS (`scipy.optimize.milp`).
+
+Variables: n_v replicas of each variant (integer, within min/max), u_m the unserved share of
+each model's demand (continuous, 0..1) and, for each variant of an `even` model, y_v in {0, 1}
+(the variant is in use). Rows, each scaled by the model's demand d_m so the solver's
+tolerances are relative:
+  * every model:   sum_v c_v n_v / d_m + u_m >= 1
+  * `even` model, each variant v:  c_v N_m / d_m + u_m - y_v >= 0, and n_v <= max_v y_v,
+    N_m the model's replicas: a variant with a replica (y_v = 1) bounds the rate every replica
+    gets, d_m (1 - u_m) / N_m <= c_v. This is the routing rule exactly (a big-M
+    linearisation with M = d_m); the weighted row is implied while any variant is in use and
+    keeps u_m = 1 when none is.
+  * every accelerator type: sum_v g_v n_v <= inventory.
+The objective is lexicographic, one solve per stage: with all demand served the cheapest plan
+(one solve, the usual case); else the unserved demand of each priority level in turn, highest
+first, each later stage holding the earlier optimum, then the cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import csr_array
+
+from exporter.sizing.fleet.evaluate import allocation, priorities
+from exporter.sizing.fleet.values import Allocation, FleetInput, Routing
+
+# A stage's optimum is held with this relative slack in the later stages (the solver's
+# feasibility tolerance is 1e-7; a tighter hold can make presolve call the stage infeasible).
+HOLD_SLACK = 1e-6
+# The solver's answer must be optimal, not within HiGHS's default 0.01 % gap.
+_OPTIONS = {"mip_rel_gap": 0.0, "presolve": True}
+
+
+@dataclass(frozen=True, slots=True)
+class _Program:
+    cost: NDArray[np.float64]
+    integrality: NDArray[np.int_]
+    lower: NDArray[np.float64]
+    upper: NDArray[np.float64]
+    rows: LinearConstraint
+    unserved: dict[int, NDArray[np.float64]]  # priority -> objective over u (req/s unserved)
+    n_variants: int
+
+
+def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
+    """The lexicographically best plan (unserved demand by priority, then cost); `caps`
+    lowers variants' maximums (a variant's minimum still stands)."""
+    program = _build(inp, caps or {})
+    upper_served = program.upper.copy()
+    upper_served[program.n_variants : program.n_variants + len(inp.models)] = 0.0
+    first = _run(program, program.cost, [program.rows], upper_served)
+    if first is not None:
+        return _read(inp, program, first)
+    rows, upper = [program.rows], program.upper.copy()
+    for level in priorities(inp):
+        goal = program.unserved[level]
+        best = float(goal @ _staged(program, goal, rows, upper))
+        if best <= 0.0:
+            # All of the level served: held by bounds, which presolve handles more robustly
+            # than a row with a zero right-hand side.
+            upper[goal > 0] = 0.0
+        else:
+            hold = LinearConstraint(goal[np.newaxis, :], -np.inf, best * (1 + HOLD_SLACK))
+            rows = [*rows, hold]
+    return _read(inp, program, _staged(program, program.cost, rows, upper))
+
+
+def _staged(
+    program: _Program,
+    objective: NDArray[np.float64],
+    rows: list[LinearConstraint],
+    upper: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """A later stage's solution: it has one (the minimums fit, FleetInput checks, and each
+    stage holds an optimum already found), so a failure is presolve's and is retried
+    without it."""
+    x = _run(program, objective, rows, upper)
+    if x is None:
+        x = _run(program, objective, rows, upper, presolve=False)
+    if x is None:
+        raise RuntimeError("fleet MILP: no solution at a stage that has one")
+    return x
+
+
+def _run(
+    program: _Program,
+    objective: NDArray[np.float64],
+    rows: list[LinearConstraint],
+    upper: NDArray[np.float64],
+    *,
+    presolve: bool = True,
+) -> NDArray[np.float64] | None:
+    result = milp(
+        objective,
+        integrality=program.integrality,
+        bounds=Bounds(program.lower, upper),
+        constraints=rows,
+        options={**_OPTIONS, "presolve": presolve},
+    )
+    return None if result.x is None else np.asarray(result.x, dtype=np.float64)
+
+
+def _read(inp: FleetInput, program: _Program, x: NDArray[np.float64]) -> Allocation:
+    counts = {v.name: int(round(x[i])) for i, v in enumerate(inp.variants)}
+    return allocation(inp, counts)
+
+
+def _build(inp: FleetInput, caps: Mapping[str, int]) -> _Program:
+    variants, models = inp.variants, inp.models
+    n_v, n_m = len(variants), len(models)
+    model_index = {m.name: j for j, m in enumerate(models)}
+    even = [i for i, v in enumerate(variants) if inp.model(v.model).routing is Routing.EVEN]
+    y_index = {i: n_v + n_m + k for k, i in enumerate(even)}
+    size = n_v + n_m + len(even)
+    capacity = [v.sizing_capacity_rps(inp.untrusted_margin) for v in variants]
+
+    cost = np.zeros(size)
+    lower, upper = np.zeros(size), np.ones(size)
+    integrality = np.ones(size, dtype=np.int_)
+    integrality[n_v : n_v + n_m] = 0
+    for i, v in enumerate(variants):
+        cost[i] = v.cost_per_replica_hour
+        lower[i] = v.min_replicas
+        upper[i] = max(min(v.max_replicas, caps.get(v.name, v.max_replicas)), v.min_replicas)
+
+    entries: list[tuple[int, int, float]] = []
+    row_lo: list[float] = []
+    row_hi: list[float] = []
+
+    def row(coefficients: list[tuple[int, float]], lo: float, hi: float) -> None:
+        r = len(row_lo)
+        entries.extend((r, col, value) for col, value in coefficients)
+        row_lo.append(lo)
+        row_hi.append(hi)
+
+    members: dict[int, list[int]] = {j: [] for j in range(n_m)}
+    for i, v in enumerate(variants):
+        members[model_index[v.model]].append(i)
+    unserved = {level: np.zeros(size) for level in priorities(inp)}
+    for j, m in enumerate(models):
+        if m.demand_rps <= 0:
+            upper[n_v + j] = 0.0
+            continue
+        d = m.demand_rps
+        unserved[m.priority][n_v + j] = d
+        row([*((i, capacity[i] / d) for i in members[j]), (n_v + j, 1.0)], 1.0, np.inf)
+        if m.routing is not Routing.EVEN:
+            continue
+        for i in members[j]:
+            y = y_index[i]
+            row([*((k, capacity[i] / d) for k in members[j]), (n_v + j, 1.0), (y, -1.0)], 0.0, np.inf)
+    for i in even:
+        # In use iff it has a replica (with no demand, y is free and harmless).
+        row([(i, 1.0), (y_index[i], -float(max(upper[i], 1.0)))], -np.inf, 0.0)
+    for kind in sorted({v.accelerator for v in variants}):
+        gpus = [(i, float(v.gpus_per_replica)) for i, v in enumerate(variants) if v.accelerator == kind]
+        row(gpus, -np.inf, float(inp.inventory.get(kind, 0)))
+
+    r, c, value = zip(*entries, strict=True) if entries else ((), (), ())
+    matrix = csr_array((np.array(value, dtype=float), (np.array(r), np.array(c))), shape=(len(row_lo), size))
+    return _Program(
+        cost=cost,
+        integrality=integrality,
+        lower=lower,
+        upper=upper,
+        rows=LinearConstraint(matrix, np.array(row_lo), np.array(row_hi)),
+        unserved=unserved,
+        n_variants=n_v,
+    )
