@@ -33,8 +33,6 @@ from exporter.sizing.fleet.values import Allocation, FleetInput, Routing
 # A stage's optimum is held with this relative slack in the later stages (the solver's
 # feasibility tolerance is 1e-7; a tighter hold can make presolve call the stage infeasible).
 HOLD_SLACK = 1e-6
-# The solver's answer must be optimal, not within HiGHS's default 0.01 % gap.
-_OPTIONS = {"mip_rel_gap": 0.0, "presolve": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +99,8 @@ def _run(
         integrality=program.integrality,
         bounds=Bounds(program.lower, upper),
         constraints=rows,
-        options={**_OPTIONS, "presolve": presolve},
+        # Optimal, not within HiGHS's default 0.01 % gap.
+        options={"mip_rel_gap": 0.0, "presolve": presolve},
     )
     return None if result.x is None else np.asarray(result.x, dtype=np.float64)
 
@@ -154,16 +153,24 @@ def _build(inp: FleetInput, caps: Mapping[str, int]) -> _Program:
             continue
         for i in members[j]:
             y = y_index[i]
-            row([*((k, capacity[i] / d) for k in members[j]), (n_v + j, 1.0), (y, -1.0)], 0.0, np.inf)
+            row(
+                [*((k, capacity[i] / d) for k in members[j]), (n_v + j, 1.0), (y, -1.0)],
+                0.0,
+                np.inf,
+            )
     for i in even:
         # In use iff it has a replica (with no demand, y is free and harmless).
         row([(i, 1.0), (y_index[i], -float(max(upper[i], 1.0)))], -np.inf, 0.0)
     for kind in sorted({v.accelerator for v in variants}):
-        gpus = [(i, float(v.gpus_per_replica)) for i, v in enumerate(variants) if v.accelerator == kind]
+        gpus = [
+            (i, float(v.gpus_per_replica)) for i, v in enumerate(variants) if v.accelerator == kind
+        ]
         row(gpus, -np.inf, float(inp.inventory.get(kind, 0)))
 
     r, c, value = zip(*entries, strict=True) if entries else ((), (), ())
-    matrix = csr_array((np.array(value, dtype=float), (np.array(r), np.array(c))), shape=(len(row_lo), size))
+    matrix = csr_array(
+        (np.array(value, dtype=float), (np.array(r), np.array(c))), shape=(len(row_lo), size)
+    )
     return _Program(
         cost=cost,
         integrality=integrality,

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from exporter.config.values import DEFAULT_STABILIZATION_S
+
 # An untrusted variant is sized at its prior capacity less this share, unless told otherwise.
 DEFAULT_UNTRUSTED_MARGIN = 0.25
 # A mix is replaced only when the new one costs at least this share less.
@@ -83,6 +85,7 @@ class Variant:
     ready_replicas: int = 0
     trusted: bool = True
     prior_capacity_rps: float | None = None
+    stabilization_s: float = DEFAULT_STABILIZATION_S  # scale-down window, as a deployment's
 
     def __post_init__(self) -> None:
         key = f"variants.{self.name}"
@@ -96,6 +99,8 @@ class Variant:
         _require(self.max_replicas >= self.min_replicas, f"{key}.max_replicas", self.max_replicas)
         _require(self.current_replicas >= 0, f"{key}.current_replicas", self.current_replicas)
         _require(self.ready_replicas >= 0, f"{key}.ready_replicas", self.ready_replicas)
+        window = self.stabilization_s
+        _require(math.isfinite(window) and window >= 0, f"{key}.stabilization_s", window)
 
     @property
     def cost_per_replica_hour(self) -> float:

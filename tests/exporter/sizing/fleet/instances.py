@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
+from dataclasses import replace
 
 from exporter.sizing.fleet.evaluate import allocation, rank, within_limits
 from exporter.sizing.fleet.values import Allocation, FleetInput, FleetModel, Routing, Variant
 
 TYPES = ("h100", "a100", "l40s")
 PRICES = {"h100": 4.0, "a100": 2.5, "l40s": 1.2}
+# Count vectors the exhaustive search visits at most: larger maximums are trimmed.
+SEARCH_SPACE = 300
 
 
 def random_instance(rng: random.Random, *, limited: bool) -> FleetInput:
@@ -27,7 +31,7 @@ def random_instance(rng: random.Random, *, limited: bool) -> FleetInput:
                 routing=rng.choice(list(Routing)),
             )
         )
-        per_model = rng.randint(2, 4) if n_models < 3 else rng.randint(2, 3)
+        per_model = rng.randint(2, 4)
         for k in range(per_model):
             kind = rng.choice(TYPES)
             low = rng.choice((0, 0, 0, 1))
@@ -40,11 +44,12 @@ def random_instance(rng: random.Random, *, limited: bool) -> FleetInput:
                     price_per_gpu_hour=PRICES[kind] * rng.uniform(0.8, 1.2),
                     capacity_rps=round(rng.uniform(0.5, 5.0), 3),
                     min_replicas=low,
-                    max_replicas=rng.randint(max(low, 1), 4 if n_models < 3 else 3),
+                    max_replicas=rng.randint(max(low, 1), 4),
                     trusted=rng.random() > 0.2,
                     prior_capacity_rps=round(rng.uniform(0.5, 5.0), 3),
                 )
             )
+    variants = _trimmed(variants)
     floor: dict[str, int] = {}
     for v in variants:
         floor[v.accelerator] = floor.get(v.accelerator, 0) + v.min_replicas * v.gpus_per_replica
@@ -53,6 +58,17 @@ def random_instance(rng: random.Random, *, limited: bool) -> FleetInput:
     else:
         inventory = {kind: 1000 for kind in TYPES}
     return FleetInput(models=tuple(models), variants=tuple(variants), inventory=inventory)
+
+
+def _trimmed(variants: list[Variant]) -> list[Variant]:
+    """The widest count ranges narrowed until the search space is at most SEARCH_SPACE."""
+    while math.prod(v.max_replicas - v.min_replicas + 1 for v in variants) > SEARCH_SPACE:
+        widest = max(
+            range(len(variants)), key=lambda i: variants[i].max_replicas - variants[i].min_replicas
+        )
+        v = variants[widest]
+        variants[widest] = replace(v, max_replicas=v.max_replicas - 1)
+    return variants
 
 
 def exhaustive(inp: FleetInput) -> Allocation:
