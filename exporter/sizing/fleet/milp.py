@@ -20,14 +20,15 @@ first, each later stage holding the earlier optimum, then the cost.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_array
 
-from exporter.sizing.fleet.evaluate import allocation, priorities
+from exporter.sizing.fleet.evaluate import allocation, priorities, within_limits
+from exporter.sizing.fleet.single import best_alone, only
 from exporter.sizing.fleet.values import Allocation, FleetInput, Routing
 
 # A stage's optimum is held with this relative slack in the later stages (the solver's
@@ -44,21 +45,57 @@ class _Program:
     rows: LinearConstraint
     unserved: dict[int, NDArray[np.float64]]  # priority -> objective over u (req/s unserved)
     n_variants: int
+    time_limit_s: float  # per stage
+    trivial: NDArray[np.float64]  # every variant at its minimum, all demand unserved
 
 
 def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
     """The lexicographically best plan (unserved demand by priority, then cost); `caps`
-    lowers variants' maximums (a variant's minimum still stands)."""
-    program = _build(inp, caps or {})
+    lowers variants' maximums (a variant's minimum still stands).
+
+    Models are coupled only by the inventory, so each is solved alone first (without the
+    inventory, exactly, by exporter.sizing.fleet.single): when their plans fit the inventory
+    together they are the joint optimum (the objective is a sum over models and each is at
+    the optimum of a relaxation), found without branching over every model's choices at once,
+    which is what makes one joint solve slow on many models. Otherwise the joint program
+    decides."""
+    caps = caps or {}
+    capped = replace(
+        inp,
+        variants=tuple(
+            replace(v, max_replicas=max(min(v.max_replicas, caps[v.name]), v.min_replicas))
+            if v.name in caps
+            else v
+            for v in inp.variants
+        ),
+    )
+    parts = {m.name: _alone(capped, m.name) for m in capped.models}
+    counts = {v.name: parts[v.model].replicas[v.name] for v in capped.variants}  # fmt: skip
+    if within_limits(capped, counts):
+        optimal = all(part.optimal for part in parts.values())
+        return replace(allocation(inp, counts), optimal=optimal)
+    return _solve_joint(capped, {})
+
+
+def _alone(inp: FleetInput, model: str) -> Allocation:
+    """The model's best plan over its own variants, the other models away."""
+    return best_alone(inp, model) or _solve_joint(only(inp, model), {})
+
+
+def _solve_joint(inp: FleetInput, caps: Mapping[str, int]) -> Allocation:
+    program = _build(inp, caps)
     upper_served = program.upper.copy()
     upper_served[program.n_variants : program.n_variants + len(inp.models)] = 0.0
-    first = _run(program, program.cost, [program.rows], upper_served)
+    first, proven = _run(program, program.cost, [program.rows], upper_served)
     if first is not None:
-        return _read(inp, program, first)
+        return _read(inp, first, proven)
     rows, upper = [program.rows], program.upper.copy()
+    x, optimal = program.trivial, proven  # not proven infeasible: not proven optimal
     for level in priorities(inp):
         goal = program.unserved[level]
-        best = float(goal @ _staged(program, goal, rows, upper))
+        x, proven = _staged(program, goal, rows, upper, x)
+        optimal = optimal and proven
+        best = float(goal @ x)
         if best <= 0.0:
             # All of the level served: held by bounds, which presolve handles more robustly
             # than a row with a zero right-hand side.
@@ -66,7 +103,8 @@ def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
         else:
             hold = LinearConstraint(goal[np.newaxis, :], -np.inf, best * (1 + HOLD_SLACK))
             rows = [*rows, hold]
-    return _read(inp, program, _staged(program, program.cost, rows, upper))
+    x, proven = _staged(program, program.cost, rows, upper, x)
+    return _read(inp, x, optimal and proven)
 
 
 def _staged(
@@ -74,16 +112,15 @@ def _staged(
     objective: NDArray[np.float64],
     rows: list[LinearConstraint],
     upper: NDArray[np.float64],
-) -> NDArray[np.float64]:
-    """A later stage's solution: it has one (the minimums fit, FleetInput checks, and each
-    stage holds an optimum already found), so a failure is presolve's and is retried
-    without it."""
-    x = _run(program, objective, rows, upper)
-    if x is None:
-        x = _run(program, objective, rows, upper, presolve=False)
-    if x is None:
-        raise RuntimeError("fleet MILP: no solution at a stage that has one")
-    return x
+    fallback: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], bool]:
+    """A later stage's solution and whether it is proven optimal. The stage has one (the
+    previous stage's, which meets every row so far), so a failure is presolve's and is
+    retried without it; with no solution in the time limit, the previous one stands."""
+    x, proven = _run(program, objective, rows, upper)
+    if x is None and proven:
+        x, proven = _run(program, objective, rows, upper, presolve=False)
+    return (fallback, False) if x is None else (x, proven)
 
 
 def _run(
@@ -93,21 +130,25 @@ def _run(
     upper: NDArray[np.float64],
     *,
     presolve: bool = True,
-) -> NDArray[np.float64] | None:
+) -> tuple[NDArray[np.float64] | None, bool]:
+    """The solution (None: none found) and whether the solver finished (proved it optimal,
+    or proved there is none)."""
     result = milp(
         objective,
         integrality=program.integrality,
         bounds=Bounds(program.lower, upper),
         constraints=rows,
         # Optimal, not within HiGHS's default 0.01 % gap.
-        options={"mip_rel_gap": 0.0, "presolve": presolve},
+        options={"mip_rel_gap": 0.0, "presolve": presolve, "time_limit": program.time_limit_s},
     )
-    return None if result.x is None else np.asarray(result.x, dtype=np.float64)
+    finished = result.status in (0, 2)  # optimal, infeasible (1: time limit)
+    x = None if result.x is None else np.asarray(result.x, dtype=np.float64)
+    return x, finished
 
 
-def _read(inp: FleetInput, program: _Program, x: NDArray[np.float64]) -> Allocation:
+def _read(inp: FleetInput, x: NDArray[np.float64], optimal: bool) -> Allocation:
     counts = {v.name: int(round(x[i])) for i, v in enumerate(inp.variants)}
-    return allocation(inp, counts)
+    return replace(allocation(inp, counts), optimal=optimal)
 
 
 def _build(inp: FleetInput, caps: Mapping[str, int]) -> _Program:
@@ -167,6 +208,8 @@ def _build(inp: FleetInput, caps: Mapping[str, int]) -> _Program:
         ]
         row(gpus, -np.inf, float(inp.inventory.get(kind, 0)))
 
+    trivial = lower.copy()
+    trivial[n_v:] = upper[n_v:]  # u = 1 where there is demand, every y = 1
     r, c, value = zip(*entries, strict=True) if entries else ((), (), ())
     matrix = csr_array(
         (np.array(value, dtype=float), (np.array(r), np.array(c))), shape=(len(row_lo), size)
@@ -179,4 +222,6 @@ def _build(inp: FleetInput, caps: Mapping[str, int]) -> _Program:
         rows=LinearConstraint(matrix, np.array(row_lo), np.array(row_hi)),
         unserved=unserved,
         n_variants=n_v,
+        time_limit_s=inp.solve_time_limit_s / (len(unserved) + 2),
+        trivial=trivial,
     )

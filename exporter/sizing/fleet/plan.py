@@ -151,6 +151,7 @@ class FleetPlanner:
             models=models,
             gpus_planned=gpus_by_type(inp, desired),
             cost_per_hour=cost_per_hour(inp, desired),
+            optimal=chosen.optimal,
         )
 
     def _stabilized(self, now_s: float, v: Variant, count: int) -> int:

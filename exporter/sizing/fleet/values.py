@@ -14,6 +14,9 @@ from exporter.config.values import DEFAULT_STABILIZATION_S
 DEFAULT_UNTRUSTED_MARGIN = 0.25
 # A mix is replaced only when the new one costs at least this share less.
 DEFAULT_SWITCH_SAVING = 0.10
+# The solver's time for one plan, shared by its stages: a stage that runs out keeps the best
+# plan found so far (proven optimal when every stage finishes).
+DEFAULT_SOLVE_TIME_LIMIT_S = 1.0
 
 
 class Routing(StrEnum):
@@ -124,6 +127,7 @@ class FleetInput:
     inventory: Mapping[str, int]
     untrusted_margin: float = DEFAULT_UNTRUSTED_MARGIN
     switch_saving: float = DEFAULT_SWITCH_SAVING
+    solve_time_limit_s: float = DEFAULT_SOLVE_TIME_LIMIT_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inventory", MappingProxyType(dict(self.inventory)))
@@ -141,6 +145,7 @@ class FleetInput:
         margin = self.untrusted_margin
         _require(0 <= margin < 1, "untrusted_margin", margin)
         _require(0 <= self.switch_saving < 1, "switch_saving", self.switch_saving)
+        _require(self.solve_time_limit_s > 0, "solve_time_limit_s", self.solve_time_limit_s)
 
     def min_gpus(self) -> dict[str, int]:
         """GPUs per type the variants' minimums take."""
@@ -161,6 +166,7 @@ class Allocation:
     replicas: Mapping[str, int]
     unserved_rps: Mapping[str, float]
     cost_per_hour: float
+    optimal: bool = True  # False: a solver stage hit its time limit, the best found stands
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,6 +189,7 @@ class FleetPlan:
     models: Mapping[str, ModelPlan]
     gpus_planned: Mapping[str, int] = field(default_factory=dict)  # of `desired`, per type
     cost_per_hour: float = 0.0  # of `desired`
+    optimal: bool = True  # the target is proven least-cost (no solver stage timed out)
 
     @property
     def unserved_rps(self) -> dict[str, float]:
