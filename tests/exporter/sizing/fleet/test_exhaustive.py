@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from exporter.sizing.fleet.evaluate import no_worse, rank, within_limits
-from exporter.sizing.fleet.milp import solve
+from exporter.sizing.fleet.milp import _solve_joint, solve
 from exporter.sizing.fleet.values import Routing
 from tests.exporter.sizing.fleet.instances import exhaustive, random_instance
 
@@ -20,6 +20,7 @@ def test_the_plan_ranks_as_the_exhaustive_search_best_on_random_fleets() -> None
     for k in range(INSTANCES):
         inp = random_instance(rng, limited=k % 2 == 0)
         plan, best = solve(inp), exhaustive(inp)
+        assert plan.optimal
         assert within_limits(inp, plan.replicas), (k, inp, plan)
         assert no_worse(inp, plan, best) and no_worse(inp, best, plan), (
             k, rank(inp, plan), rank(inp, best), inp,
@@ -30,3 +31,16 @@ def test_the_plan_ranks_as_the_exhaustive_search_best_on_random_fleets() -> None
         seen["priorities"] += len({m.priority for m in inp.models}) > 1
     # The sample exercises every case the optimizer distinguishes.
     assert min(seen.values()) >= 100, seen
+
+
+def test_the_joint_program_alone_ranks_as_the_exhaustive_search_best() -> None:
+    """The MILP on every instance, also those the per-model path would have decided."""
+    rng = random.Random(42)
+    for k in range(300):
+        inp = random_instance(rng, limited=k % 3 != 0)
+        plan, best = _solve_joint(inp, {}), exhaustive(inp)
+        assert plan.optimal
+        assert within_limits(inp, plan.replicas), (k, inp, plan)
+        assert no_worse(inp, plan, best) and no_worse(inp, best, plan), (
+            k, rank(inp, plan), rank(inp, best), inp,
+        )  # fmt: skip
