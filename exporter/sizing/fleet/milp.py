@@ -27,7 +27,8 @@ from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_array
 
-from exporter.sizing.fleet.evaluate import allocation, priorities, within_limits
+from exporter.sizing.fleet.evaluate import allocation, no_worse, priorities, within_limits
+from exporter.sizing.fleet.greedy import greedy
 from exporter.sizing.fleet.single import best_alone, only
 from exporter.sizing.fleet.values import Allocation, FleetInput, Routing
 
@@ -74,7 +75,11 @@ def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
     if within_limits(capped, counts):
         optimal = all(part.optimal for part in parts.values())
         return replace(allocation(inp, counts), optimal=optimal)
-    return _solve_joint(capped, {})
+    joint = _solve_joint(capped, {})
+    if joint.optimal:
+        return joint
+    quick = replace(greedy(capped), optimal=False)
+    return joint if no_worse(capped, joint, quick) else quick
 
 
 def _alone(inp: FleetInput, model: str) -> Allocation:

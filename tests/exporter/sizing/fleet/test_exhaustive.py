@@ -5,8 +5,10 @@ mixed priorities and untrusted variants."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from exporter.sizing.fleet.evaluate import no_worse, rank, within_limits
+from exporter.sizing.fleet.greedy import greedy
 from exporter.sizing.fleet.milp import _solve_joint, solve
 from exporter.sizing.fleet.values import Routing
 from tests.exporter.sizing.fleet.instances import exhaustive, random_instance
@@ -44,3 +46,16 @@ def test_the_joint_program_alone_ranks_as_the_exhaustive_search_best() -> None:
         assert no_worse(inp, plan, best) and no_worse(inp, best, plan), (
             k, rank(inp, plan), rank(inp, best), inp,
         )  # fmt: skip
+
+
+def test_a_plan_out_of_time_is_feasible_and_no_worse_than_the_greedy_one() -> None:
+    rng = random.Random(7)
+    timed_out = 0
+    for k in range(200):
+        inp = replace(random_instance(rng, limited=True), solve_time_limit_s=1e-4)
+        quick, plan = greedy(inp), solve(inp)
+        timed_out += not plan.optimal
+        assert within_limits(inp, quick.replicas) and within_limits(inp, plan.replicas), k
+        assert no_worse(inp, plan, quick), (k, rank(inp, plan), rank(inp, quick))
+        assert no_worse(inp, exhaustive(inp), plan)
+    assert timed_out >= 50  # the time limit did cut the solver short
