@@ -59,7 +59,8 @@ def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
     together they are the joint optimum (the objective is a sum over models and each is at
     the optimum of a relaxation), found without branching over every model's choices at once,
     which is what makes one joint solve slow on many models. Otherwise the joint program
-    decides."""
+    decides; when it runs out of time, the better of its best plan and a greedy one stands
+    (`optimal` False)."""
     caps = caps or {}
     capped = replace(
         inp,
@@ -71,11 +72,13 @@ def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
         ),
     )
     parts = {m.name: _alone(capped, m.name) for m in capped.models}
-    counts = {v.name: parts[v.model].replicas[v.name] for v in capped.variants}  # fmt: skip
+    counts = {v.name: parts[v.model].replicas[v.name] for v in capped.variants}
     if within_limits(capped, counts):
         optimal = all(part.optimal for part in parts.values())
         return replace(allocation(inp, counts), optimal=optimal)
-    joint = _solve_joint(capped, {})
+    # A model short on its own is short in the fleet: no plan serves everything.
+    servable = all(u <= 0 for part in parts.values() for u in part.unserved_rps.values())
+    joint = solve_joint(capped, servable=servable)
     if joint.optimal:
         return joint
     quick = replace(greedy(capped), optimal=False)
@@ -84,16 +87,20 @@ def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
 
 def _alone(inp: FleetInput, model: str) -> Allocation:
     """The model's best plan over its own variants, the other models away."""
-    return best_alone(inp, model) or _solve_joint(only(inp, model), {})
+    return best_alone(inp, model) or solve_joint(only(inp, model))
 
 
-def _solve_joint(inp: FleetInput, caps: Mapping[str, int]) -> Allocation:
-    program = _build(inp, caps)
-    upper_served = program.upper.copy()
-    upper_served[program.n_variants : program.n_variants + len(inp.models)] = 0.0
-    first, proven = _run(program, program.cost, [program.rows], upper_served)
-    if first is not None:
-        return _read(inp, first, proven)
+def solve_joint(inp: FleetInput, *, servable: bool = True) -> Allocation:
+    """The joint program's plan, all models in one MILP (the staged objective above);
+    `servable` False skips the stage that serves all demand (known to have no plan)."""
+    program = _build(inp)
+    proven = True
+    if servable:
+        upper_served = program.upper.copy()
+        upper_served[program.n_variants : program.n_variants + len(inp.models)] = 0.0
+        first, proven = _run(program, program.cost, [program.rows], upper_served)
+        if first is not None:
+            return _read(inp, first, proven)
     rows, upper = [program.rows], program.upper.copy()
     x, optimal = program.trivial, proven  # not proven infeasible: not proven optimal
     for level in priorities(inp):
@@ -156,7 +163,7 @@ def _read(inp: FleetInput, x: NDArray[np.float64], optimal: bool) -> Allocation:
     return replace(allocation(inp, counts), optimal=optimal)
 
 
-def _build(inp: FleetInput, caps: Mapping[str, int]) -> _Program:
+def _build(inp: FleetInput) -> _Program:
     variants, models = inp.variants, inp.models
     n_v, n_m = len(variants), len(models)
     model_index = {m.name: j for j, m in enumerate(models)}
@@ -172,7 +179,7 @@ def _build(inp: FleetInput, caps: Mapping[str, int]) -> _Program:
     for i, v in enumerate(variants):
         cost[i] = v.cost_per_replica_hour
         lower[i] = v.min_replicas
-        upper[i] = max(min(v.max_replicas, caps.get(v.name, v.max_replicas)), v.min_replicas)
+        upper[i] = v.max_replicas
 
     entries: list[tuple[int, int, float]] = []
     row_lo: list[float] = []

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from exporter.sizing.fleet.evaluate import no_worse, rank, within_limits
 from exporter.sizing.fleet.greedy import greedy
-from exporter.sizing.fleet.milp import _solve_joint, solve
+from exporter.sizing.fleet.milp import solve, solve_joint
 from exporter.sizing.fleet.values import Routing
 from tests.exporter.sizing.fleet.instances import exhaustive, random_instance
 
@@ -40,7 +40,7 @@ def test_the_joint_program_alone_ranks_as_the_exhaustive_search_best() -> None:
     rng = random.Random(42)
     for k in range(300):
         inp = random_instance(rng, limited=k % 3 != 0)
-        plan, best = _solve_joint(inp, {}), exhaustive(inp)
+        plan, best = solve_joint(inp), exhaustive(inp)
         assert plan.optimal
         assert within_limits(inp, plan.replicas), (k, inp, plan)
         assert no_worse(inp, plan, best) and no_worse(inp, best, plan), (
