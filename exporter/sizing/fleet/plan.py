@@ -8,7 +8,6 @@ Pure apart from the per-variant stabilization history: the caller passes the tim
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
 from exporter.sizing.fleet.evaluate import SAME_RELATIVE, cost_per_hour, gpus_by_type, rank
@@ -169,10 +168,6 @@ class FleetPlanner:
         decision = held[1]._stabilized(now_s, count + 1, count + 1, None, count + 1, None)
         assert decision.desired_replicas is not None  # _stabilized always sets a count
         return decision.desired_replicas - 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe stabilization histories (counts one up, as the windows keep them)."""
-        return {name: window.to_dict() for name, (_, window) in self._windows.items()}
 
 
 def _window_config(v: Variant) -> DeploymentConfig:
