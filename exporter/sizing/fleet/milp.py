@@ -48,6 +48,7 @@ class _Program:
     n_variants: int
     time_limit_s: float  # per stage
     trivial: NDArray[np.float64]  # every variant at its minimum, all demand unserved
+    in_use: dict[int, int]  # variant of an `even` model -> its y column
 
 
 def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
@@ -78,11 +79,7 @@ def solve(inp: FleetInput, caps: Mapping[str, int] | None = None) -> Allocation:
         return replace(allocation(inp, counts), optimal=optimal)
     # A model short on its own is short in the fleet: no plan serves everything.
     servable = all(u <= 0 for part in parts.values() for u in part.unserved_rps.values())
-    joint = solve_joint(capped, servable=servable)
-    if joint.optimal:
-        return joint
-    quick = replace(greedy(capped), optimal=False)
-    return joint if no_worse(capped, joint, quick) else quick
+    return solve_joint(capped, servable=servable)
 
 
 def _alone(inp: FleetInput, model: str) -> Allocation:
@@ -92,8 +89,12 @@ def _alone(inp: FleetInput, model: str) -> Allocation:
 
 def solve_joint(inp: FleetInput, *, servable: bool = True) -> Allocation:
     """The joint program's plan, all models in one MILP (the staged objective above);
-    `servable` False skips the stage that serves all demand (known to have no plan)."""
+    `servable` False skips the stage that serves all demand (known to have no plan). A
+    greedy plan that serves a priority level entirely, while meeting what the levels above
+    were held to, shows that level's optimum is none unserved: its stage is skipped. When a
+    stage runs out of time, the better of the solver's plan and the greedy one stands."""
     program = _build(inp)
+    quick = replace(greedy(inp), optimal=False)
     proven = True
     if servable:
         upper_served = program.upper.copy()
@@ -103,11 +104,17 @@ def solve_joint(inp: FleetInput, *, servable: bool = True) -> Allocation:
             return _read(inp, first, proven)
     rows, upper = [program.rows], program.upper.copy()
     x, optimal = program.trivial, proven  # not proven infeasible: not proven optimal
+    quick_holds = True  # the greedy plan meets every hold so far
     for level in priorities(inp):
         goal = program.unserved[level]
-        x, proven = _staged(program, goal, rows, upper, x)
-        optimal = optimal and proven
-        best = float(goal @ x)
+        quick_level = sum(quick.unserved_rps[m.name] for m in inp.models if m.priority == level)
+        if quick_holds and quick_level <= 0.0:
+            best, x = 0.0, _point(inp, program, quick)
+        else:
+            x, proven = _staged(program, goal, rows, upper, x)
+            optimal = optimal and proven
+            best = float(goal @ x)
+            quick_holds = quick_holds and quick_level <= best * (1 + HOLD_SLACK)
         if best <= 0.0:
             # All of the level served: held by bounds, which presolve handles more robustly
             # than a row with a zero right-hand side.
@@ -116,7 +123,10 @@ def solve_joint(inp: FleetInput, *, servable: bool = True) -> Allocation:
             hold = LinearConstraint(goal[np.newaxis, :], -np.inf, best * (1 + HOLD_SLACK))
             rows = [*rows, hold]
     x, proven = _staged(program, program.cost, rows, upper, x)
-    return _read(inp, x, optimal and proven)
+    joint = _read(inp, x, optimal and proven)
+    if joint.optimal or no_worse(inp, joint, quick):
+        return joint
+    return quick
 
 
 def _staged(
@@ -156,6 +166,19 @@ def _run(
     finished = result.status in (0, 2)  # optimal, infeasible (1: time limit)
     x = None if result.x is None else np.asarray(result.x, dtype=np.float64)
     return x, finished
+
+
+def _point(inp: FleetInput, program: _Program, plan: Allocation) -> NDArray[np.float64]:
+    """A plan as a point of the program: counts, unserved shares, variants in use."""
+    x = program.trivial.copy()
+    n_v = program.n_variants
+    for i, v in enumerate(inp.variants):
+        x[i] = plan.replicas[v.name]
+    for j, m in enumerate(inp.models):
+        x[n_v + j] = plan.unserved_rps[m.name] / m.demand_rps if m.demand_rps > 0 else 0.0
+    for i, column in program.in_use.items():
+        x[column] = 1.0 if x[i] > 0 else 0.0
+    return x
 
 
 def _read(inp: FleetInput, x: NDArray[np.float64], optimal: bool) -> Allocation:
@@ -236,4 +259,5 @@ def _build(inp: FleetInput) -> _Program:
         n_variants=n_v,
         time_limit_s=inp.solve_time_limit_s / (len(unserved) + 2),
         trivial=trivial,
+        in_use=y_index,
     )

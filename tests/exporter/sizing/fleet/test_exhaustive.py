@@ -7,6 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import numpy as np
+
+from exporter.sizing.fleet import milp
 from exporter.sizing.fleet.evaluate import no_worse, rank, within_limits
 from exporter.sizing.fleet.greedy import greedy
 from exporter.sizing.fleet.milp import solve, solve_joint
@@ -59,3 +62,16 @@ def test_a_plan_out_of_time_is_feasible_and_no_worse_than_the_greedy_one() -> No
         assert no_worse(inp, plan, quick), (k, rank(inp, plan), rank(inp, quick))
         assert no_worse(inp, exhaustive(inp), plan)
     assert timed_out >= 50  # the time limit did cut the solver short
+
+
+def test_the_greedy_plan_is_a_point_of_the_program() -> None:
+    """The greedy plan stands in for a stage that is skipped or out of time: it must meet
+    every row and bound of the program."""
+    rng = random.Random(3)
+    for k in range(300):
+        inp = random_instance(rng, limited=True)
+        program = milp._build(inp)
+        x = milp._point(inp, program, greedy(inp))
+        rows = program.rows.A @ x
+        assert np.all(rows >= program.rows.lb - 1e-6) and np.all(rows <= program.rows.ub + 1e-6), k
+        assert np.all(x >= program.lower) and np.all(x <= program.upper), k
