@@ -1,0 +1,1 @@
+"""Fleet optimizer tests: against exhaustive search, properties, the lone deployment."""
