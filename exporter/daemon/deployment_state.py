@@ -89,9 +89,12 @@ class DeploymentRuntime:
             self.rates.append((per_pod, obs.window_s))
 
     def handover(self) -> Handover | None:
-        """What the sizer counts on while the calibration is not trusted (None: it is)."""
+        """What the sizer counts on while the calibration has no estimate of its own and none
+        it trusted (None: it has one). An estimate not trusted yet still sizes, bounded by its
+        own windows' evidence (exporter.sizing.evidence): a fit at one operating point is
+        never trusted on its own, and the prior knows this fleet less than that fit does."""
         tuner = self.tuner
-        if self.trusted.note(tuner.confidence(), tuner.params):
+        if self.trusted.note(tuner.confidence(), tuner.params) or tuner.params is not None:
             return None
         return self.trusted.handover(tuner.initial, tuner.prior.centre)
 

@@ -37,6 +37,7 @@ from exporter.sizing.forecast import Forecast
 from model.calibration.observation import Observation
 
 NOISE_MARGIN = 0.1
+SCALE_DOWN_STEP = 1.5  # see scale_down_floor
 OVERLOAD_POINTS = 3
 # A claim this far outside the observed rates (as a ratio) is flagged extrapolated; inside it,
 # a window's own rate noise covers the distance.
@@ -134,19 +135,36 @@ def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
     )
 
 
-def bounded(outlook: Forecast, sizing_rate_rps: float, env: Envelope) -> Bounded:
+def bounded(
+    outlook: Forecast, sizing_rate_rps: float, env: Envelope, current: int | None = None
+) -> Bounded:
     """The forecast's count, capacity and saturation (per replica) checked against `env`:
     where the capacity leaves the envelope, it is moved to the edge and the count becomes what
-    the sizing rate needs at it."""
+    the sizing rate needs at it; below `current` replicas, not past `scale_down_floor`."""
     replicas, capacity_rps = outlook.plan.replicas, outlook.plan.capacity.rate_rps
     saturation = env.saturation(outlook.saturation_rate_per_replica_rps)
     capacity = env.capacity(capacity_rps)
-    if math.isclose(capacity, capacity_rps) or capacity <= 0:
-        return Bounded(
-            replicas=replicas, capacity_rps=capacity_rps, saturation_rps=saturation, bound=False
-        )
-    needed = max(1, math.ceil(sizing_rate_rps / capacity - 1e-9))
-    return Bounded(replicas=needed, capacity_rps=capacity, saturation_rps=saturation, bound=True)
+    bound = not (math.isclose(capacity, capacity_rps) or capacity <= 0)
+    if bound:
+        replicas = max(1, math.ceil(sizing_rate_rps / capacity - 1e-9))
+    else:
+        capacity = capacity_rps
+    if replicas is not None and current is not None and replicas < current:
+        floor = min(current, scale_down_floor(sizing_rate_rps, env))
+        if floor > replicas:
+            replicas, bound = floor, True
+    return Bounded(replicas=replicas, capacity_rps=capacity, saturation_rps=saturation, bound=bound)
+
+
+def scale_down_floor(sizing_rate_rps: float, env: Envelope) -> int:
+    """The fewest replicas a scale-down may go to: each may carry at most SCALE_DOWN_STEP x the
+    highest per-replica rate the windows served within the targets (1 without such a rate).
+    Past it the model's claim is an extrapolation no window has tested; a scale-down into it
+    that misses comes straight back up, a cycle at constant load. Steps within it add windows
+    at the new rate, so a fleet larger than it needs comes down step by step."""
+    if env.served_rps is None or env.served_rps <= 0:
+        return 1
+    return max(1, math.ceil(sizing_rate_rps / (env.served_rps * SCALE_DOWN_STEP) - 1e-9))
 
 
 def latency_floor_ms(

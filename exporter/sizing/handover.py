@@ -1,6 +1,7 @@
-"""The hand-over: what the sizer counts on while its calibration is not trusted.
+"""The hand-over: what the sizer counts on while its calibration has no estimate yet.
 
-Below `model.calibration.trust.TRUSTED_CONFIDENCE` the deployment is still sized from the load
+While the tuner has no estimate of its own (it is warming), the deployment is still sized from
+the load
 (the observed arrival rate and request shape, through the same model and the same scale-down
 stabilization as the trusted count), but with parameters the fleet's own latencies cannot move
 from one window to the next: the last estimate that was trusted, else the configured seed

@@ -253,7 +253,7 @@ class Recommender:
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
         )  # fmt: skip
         plan = outlook.plan
-        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo))
+        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), current)
         extra = {
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": checked.capacity_rps,

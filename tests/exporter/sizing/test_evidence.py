@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from exporter.config.values import SloConfig
-from exporter.sizing.evidence import NOISE_MARGIN, envelope, missed, overshoot, served
+from exporter.sizing.evidence import (
+    NOISE_MARGIN,
+    envelope,
+    missed,
+    overshoot,
+    scale_down_floor,
+    served,
+    with_past_misses,
+)
 from exporter.sizing.recommender import Reason, Recommender
 from exporter.sizing.what_if import what_if
 from model import Observation, ServiceParams
@@ -138,3 +146,18 @@ def test_a_what_if_beyond_the_observed_rates_says_so_and_is_not_below_them() -> 
     blind = what_if(dep, truth, SHAPE, None, 2.0, 1, ())
     assert blind.extrapolated and blind.extrapolation_ratio is None
     assert blind.to_json()["observed_rate_per_replica_requests_per_second"] is None
+
+
+def test_a_scale_down_goes_no_further_than_the_rates_served_support() -> None:
+    # Served within the targets at 5.5 req/s per replica (2 replicas at 11 req/s): the model
+    # may claim one replica carries 11, but no window has shown more than 5.5 x 1.5 served.
+    env = envelope([point(5.5, 30.0, 15.0)], SLO)
+    assert scale_down_floor(11.0, env) == 2
+    assert scale_down_floor(8.0, env) == 1  # within 1.5 x what was served: the step is taken
+    assert scale_down_floor(11.0, envelope([], SLO)) == 1  # nothing served: no floor
+    # Past misses held over the window's slide still bound the capacity from above.
+    old_miss = point(11.0, 90.0, 20.0)
+    window = [point(5.5, 30.0, 15.0)]
+    kept = with_past_misses(window, [old_miss, window[0]], SLO)
+    assert kept == (old_miss, window[0])
+    assert envelope(kept, SLO).missed_rps == 11.0
