@@ -9,12 +9,15 @@ within its own noise of the target and says neither). Then:
 - a rate served within the targets is within the capacity: capacity >= the highest served rate;
 - a rate missed at is above it: capacity <= the lowest missed rate (the stronger bound when the
   two cross: it errs toward a replica more);
-- the step the observed overload supports: capacity >= rate / (overshoot x (1 +
-  NOISE_MARGIN)), the median over the newest OVERLOAD_POINTS points (an overshoot below 1
-  counts as 1): a replica 30 % over its targets at 11 req/s is sized as serving at least
-  11 / 1.43 within them, not the 0.03 req/s a fit at that one point may extrapolate to. A
-  policy, not a measurement (how far latency falls with load depends on the part of it no
-  load changes): it bounds the step from the current count; a higher model figure stands;
+- the step the observed overload supports: capacity >= rate / (TTFT overshoot x (1 +
+  NOISE_MARGIN)), the median over the newest OVERLOAD_POINTS points, when each of them missed
+  the TTFT target (without an observed overload there is no step to bound; ITL, which grows
+  about linearly with the batch from a large empty-engine part, supports no such floor: at
+  128/2048 tokens a replica 1.5x over its ITL target served 2.1x its capacity). A replica
+  30 % over its TTFT target at 11 req/s is sized as serving at least 11 / 1.43 within it, not
+  the 0.03 req/s a fit at that one point may extrapolate to. A policy, not a measurement (how
+  far latency falls with load depends on the part of it no load changes): it bounds the step
+  from the current count; a higher model figure stands;
 - saturation is not below a rate served without a growing queue (every point of the window).
 A claim at a per-replica rate outside the points' rates is an extrapolation; how far
 (`extrapolation_ratio`) is exported and answered with every what-if, and above the highest
@@ -51,7 +54,7 @@ class Envelope:
 
     served_rps: float | None  # the highest rate served within the targets
     missed_rps: float | None  # the lowest rate at which they were missed
-    overload_floor_rps: float | None  # rate / overshoot of the newest points (median)
+    overload_floor_rps: float | None  # rate / TTFT overshoot of the newest if all missed
     stable_rps: float | None  # the highest rate served without a growing queue
     low_rps: float | None  # the lowest rate of any point
     high_rps: float | None  # the highest rate of any point
@@ -118,15 +121,16 @@ def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
     top = max(points, key=lambda p: p.rate_rps, default=None)
     ratios = [overshoot(p, ttft_ms, itl_ms) for p in points]
     stable = [r for p, r in zip(points, rates, strict=True) if not p.queue_growing]
+    queueing = [overshoot(p, ttft_ms, None) for p in points[-OVERLOAD_POINTS:]]
     newest = [
-        rate / (max(ratio, 1.0) * (1.0 + NOISE_MARGIN))
-        for rate, ratio in list(zip(rates, ratios, strict=True))[-OVERLOAD_POINTS:]
-        if ratio is not None
+        rate / (ratio * (1.0 + NOISE_MARGIN))
+        for rate, ratio in zip(rates[-OVERLOAD_POINTS:], queueing, strict=True)
+        if ratio is not None and missed(ratio)
     ]
     return Envelope(
         served_rps=max((r for r, o in zip(rates, ratios, strict=True) if served(o)), default=None),
         missed_rps=min((r for r, o in zip(rates, ratios, strict=True) if missed(o)), default=None),
-        overload_floor_rps=float(np.median(newest)) if newest else None,
+        overload_floor_rps=float(np.median(newest)) if len(newest) == OVERLOAD_POINTS else None,
         stable_rps=max(stable, default=None),
         low_rps=min(rates, default=None),
         high_rps=max(rates, default=None),

@@ -45,10 +45,15 @@ def test_envelope_reads_served_missed_and_stable_rates() -> None:
     env = envelope(points, SLO)
     assert (env.served_rps, env.missed_rps, env.stable_rps) == (5.0, 7.0, 9.0)
     assert (env.low_rps, env.high_rps) == (4.0, 9.0)
-    # The newest three: 7 / (1.12 x 1.1), 9 / (1.4 x 1.1), 8 / (10 x 1.1); the median is the first.
-    assert env.overload_floor_rps == pytest.approx(7.0 / 1.232)
-    assert env.capacity(1.0) == pytest.approx(7.0 / 1.232)
-    assert env.capacity(6.0) == 6.0 and env.capacity(12.0) == 7.0
+    # The newest three did not all miss the TTFT target (the 7 req/s one missed ITL): no floor.
+    assert env.overload_floor_rps is None
+    assert env.capacity(1.0) == 5.0 and env.capacity(6.0) == 6.0 and env.capacity(12.0) == 7.0
+    # They all did: the median of 7 / (1.4 x 1.1), 9 / (1.4 x 1.1), 8 / (10 x 1.1).
+    over = [point(7.0, 70.0, 20.0), point(9.0, 70.0, 26.0), point(8.0, 500.0, 40.0, growing=True)]
+    assert envelope(points[:3] + over, SLO).overload_floor_rps == pytest.approx(7.0 / 1.54)
+    # ITL 1.5x over its target, TTFT well within: ITL supports no floor.
+    itl_bound = [point(2.5, 30.0, 37.5)] * 3
+    assert envelope(itl_bound, SLO).overload_floor_rps is None
     assert env.saturation(3.0) == 9.0 and env.saturation(20.0) == 20.0
     # Percentile targets only: the mean latencies say nothing either way.
     assert envelope(points, SloConfig()).served_rps is None
