@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from exporter.sizing.fleet.plan import FleetPlanner
 from exporter.sizing.fleet.values import FleetInput, FleetModel, Routing, Variant
 
@@ -113,6 +114,7 @@ def scenario(n_models: int, short: bool, cycles: int, seed: int) -> dict[str, An
 
 
 def main() -> None:
+    run_start = start_run()
     load_start = os.getloadavg()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     runs = [
@@ -155,7 +157,9 @@ def main() -> None:
         "results": results,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "fleet_speed.json").write_text(json.dumps(envelope, indent=2) + "\n")
+    (RESULTS / "fleet_speed.json").write_text(
+        json.dumps(with_run(run_start, envelope), indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from exporter.config.loader import parse_config  # noqa: E402
 from exporter.config.values import DeploymentConfig  # noqa: E402
 from exporter.replay.arrivals import ProfileArrivals  # noqa: E402
@@ -149,6 +150,7 @@ def verdict(arms: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    run_start = start_run()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES))
     parser.add_argument("--minutes", type=float, default=60.0)
@@ -185,7 +187,7 @@ def main() -> None:
         "table": table,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(with_run(run_start, result), indent=1) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -37,6 +37,7 @@ from bench.lib.closed_loop_percentiles import (  # noqa: E402
     score,
     trailing_percentiles,
 )
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.lib.percentile_targets import (  # noqa: E402
     print_target_table,
     target_rows,
@@ -49,6 +50,7 @@ RESULTS = REPO_ROOT / "bench" / "results"
 
 
 def main(argv: list[str] | None = None) -> None:
+    run_start = start_run()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds (traces)")
     parser.add_argument("--itl-p99-ms", type=float, help="the per-token ITL p99 target instead "
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / args.out
-    path.write_text(json.dumps(json_safe(out), indent=1))
+    path.write_text(json.dumps(json_safe(with_run(run_start, out)), indent=1))
     print(f"wrote {path}")
 
 

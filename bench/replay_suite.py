@@ -59,6 +59,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.lib.envelope import start_run, with_run  # noqa: E402
 from bench.lib.replay_suite_page import markdown  # noqa: E402
 from bench.replay_trace import lognormal  # noqa: E402
 from exporter.config.loader import parse_config  # noqa: E402
@@ -286,6 +287,7 @@ def _commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    run_start = start_run()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"the first {QUICK_S:g} s of every trace (a smoke run)")
@@ -329,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
         "traces": traces,
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    args.out.write_text(json.dumps(with_run(run_start, out), indent=1) + "\n")
     print(markdown(out))
     print(f"wrote {args.out} in {out['wall_s']:.0f} s")
 

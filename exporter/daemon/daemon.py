@@ -42,6 +42,7 @@ from exporter.sizing.recommender import Decision, Recommender, saturated, slo_he
 from exporter.sizing.traffic import model_inputs, used_cvs
 from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
 from model import Observation, TunerReason
+from model.calibration.trust import is_trusted
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ class Daemon:
         decision = runtime.recommender.decide(
             now_s, obs, estimate.params, runtime.workload, estimate.bias, runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
-            handover=handover, evidence=evidence,
+            handover=handover, evidence=evidence, trusted=is_trusted(estimate.confidence),
             headroom=headroom.factor,
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)

@@ -124,6 +124,7 @@ class Recommender:
         self.last: Decision | None = None
         self._shortfalls: dict[PercentileTarget, float] = {}
         self._headroom = 1.0
+        self._trusted = True
 
     def decide(
         self,
@@ -139,6 +140,7 @@ class Recommender:
         handover: Handover | None = None,
         evidence: Sequence[Observation] = (),
         headroom: float = 1.0,
+        trusted: bool = True,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -149,7 +151,7 @@ class Recommender:
         `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
         x `headroom` (exporter.sizing.headroom)."""
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
-        self._evidence, self._headroom = evidence, headroom
+        self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -253,7 +255,9 @@ class Recommender:
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
         )  # fmt: skip
         plan = outlook.plan
-        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), current)
+        # An untrusted estimate scales down no further than the served rates support.
+        floor_from = None if self._trusted else current
+        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from)
         extra = {
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": checked.capacity_rps,

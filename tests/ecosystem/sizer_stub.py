@@ -68,6 +68,7 @@ class SizerValues:
             "kv_batch_limit": 180.0,
             "calibration_confidence": 0.9,
             "headroom_factor": 1.25,
+            "extrapolation_ratio": 1.4,
         }
     )
     # The current value of each enum-style gauge (exporter.daemon.exposition.ENUM_GAUGES).

@@ -11,14 +11,13 @@ import sys
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from exporter.base.clock import ManualClock
 from exporter.base.errors import ConfigError
 from exporter.cli.main import main
 from exporter.config.loader import parse_config
-from exporter.config.values import Config, DeploymentConfig, SloConfig, SourceConfig
-from exporter.daemon.daemon import Daemon
+from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
+from exporter.daemon.deployment_state import new_tuner
+from exporter.sizing.what_if import ServedEstimate, predict
 from model import ServerConfig, ServiceParams, Workload
 from tests.conftest import REPO_ROOT
 
@@ -86,19 +85,16 @@ def test_a_what_if_at_a_denormal_rate_answers_the_idle_latencies(rate: float) ->
         name="llama", model_name="llama", source=SourceConfig(scrape_urls=("http://x:1/",)),
         server=ServerConfig(), slo=SloConfig(ttft_ms=60.0, itl_ms=20.0), initial_params=LLAMA,
     )  # fmt: skip
-    daemon = Daemon(
-        Config(cycle_period_s=30.0, deployments=(dep,)),
-        {"llama": None},
-        CollectorRegistry(),  # type: ignore[dict-item]
-        ManualClock(),
-    )
-    daemon.runtimes["llama"].workload = Workload(512, 128)
-    idle = daemon.predict("llama", 0.0, None)
-    tiny = daemon.predict("llama", rate, None)
+    # What /api/v1/predict answers from: the estimate a cycle publishes (here the seed's).
+    served = ServedEstimate(
+        config=dep, tuner=new_tuner(dep).estimate(), workload=Workload(512, 128), inputs=None,
+        current_replicas=None,
+    )  # fmt: skip
+    idle = predict(served, 0.0, None, ())
+    tiny = predict(served, rate, None, ())
     assert tiny.total_rate_rps == rate
     assert math.isclose(tiny.itl_ms, idle.itl_ms, rel_tol=1e-6), (tiny.itl_ms, idle.itl_ms)
     assert math.isclose(tiny.ttft_ms, idle.ttft_ms, rel_tol=1e-6), (tiny.ttft_ms, idle.ttft_ms)
-    daemon.close()
 
 
 def test_plan_with_one_load_value_prints_one_row(capsys: pytest.CaptureFixture[str]) -> None:

@@ -40,6 +40,12 @@ STEP = steady_increment(
 )  # fmt: skip
 
 
+OVERLOADED = steady_increment(
+    completions=60, in_tokens=512, out_tokens=128, ttft_s=0.08, itl_s=0.01,
+    queue_s=0.0, inference_s=1.3, running=3, waiting=0, kv_usage=0.1,
+)  # fmt: skip
+
+
 def scrape(url: str, timeout_s: float = 1.0, max_body_bytes: int = 1 << 20) -> SourceRead:
     source = ScrapeSource(
         clock=ManualClock(T0), urls=[url], timeout_s=timeout_s, max_body_bytes=max_body_bytes
@@ -334,9 +340,11 @@ def test_a_blip_or_a_restart_keeps_the_recommendation(tmp_path: Path) -> None:
         clock = ManualClock(T0)
         daemon = Daemon(config, sources(config, clock), CollectorRegistry(), clock,
                         StateFile(tmp_path / "s.json"))  # fmt: skip
-        for _ in range(3):  # a load that needs more than the one pod serving it
+        # A load that needs more than the one pod serving it: the model says so, and the pod's
+        # own latencies (TTFT 80 ms against 60) do too, so the evidence does not contradict it.
+        for _ in range(3):
             clock.advance(W)
-            state["totals"] = state["totals"].plus(STEP, times=20)
+            state["totals"] = state["totals"].plus(OVERLOADED, times=20)
             held = daemon.run_cycle().deployments[0].decision.desired_replicas
         assert held is not None and held > 1
         pod.fault = Fault.HANG  # a scrape blip: one cycle without a read ...
@@ -344,7 +352,7 @@ def test_a_blip_or_a_restart_keeps_the_recommendation(tmp_path: Path) -> None:
         daemon.run_cycle()
         pod.fault = Fault.SERVE  # ... then a first window again
         clock.advance(W)
-        state["totals"] = state["totals"].plus(STEP, times=20)
+        state["totals"] = state["totals"].plus(OVERLOADED, times=20)
         blip = daemon.run_cycle().deployments[0].decision
         assert blip.reason is Reason.FIRST_WINDOW and blip.desired_replicas == held
         daemon.close()
