@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pytest
 
 from exporter.config.loader import parse_config
 from exporter.config.values import DeploymentConfig
@@ -114,11 +113,6 @@ def test_a_fleet_changing_every_window_is_trusted_within_10_windows() -> None:
     assert trusted and trusted[0] <= 10, [round(c, 2) for c, _ in seen]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36's bursty criterion is not met on the merged loop: trusted at window 9, but "
-    "the capacity drifts above the truth from window 14 (+21 % at window 20, +34 % at 30)",
-)
 def test_bursty_arrivals_calibrate_within_20_windows_to_20_percent_of_the_capacity() -> None:
     # Inter-arrival CV 3 at 3 req/s: a 30-s window's count moves by about 30 % from the next
     # one's, more than the steadiness gate, while a request lifetime is a quarter of a window.
