@@ -83,6 +83,7 @@ from model.simulation.workloads import (  # noqa: E402
 )
 
 RESULTS = REPO_ROOT / "bench" / "results" / "replay_suite.json"
+BASELINE = REPO_ROOT / "bench" / "results" / "replay_suite_baseline.json"
 PAGE = REPO_ROOT / "docs" / "validation" / "replay-suite.md"
 # The shared data folder beside the repository, as for the tests; VLLM_SIZER_SHARED overrides.
 SHARED_DIR = Path(os.environ.get("VLLM_SIZER_SHARED", REPO_ROOT.parent / "shared"))
@@ -286,6 +287,11 @@ def _commit() -> str:
     return done.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def _baseline() -> dict[str, Any] | None:
+    """The recorded baseline run, if there is one."""
+    return json.loads(BASELINE.read_text()) if BASELINE.exists() else None
+
+
 def main(argv: list[str] | None = None) -> None:
     run_start = start_run()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -298,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"only rewrite {PAGE.relative_to(REPO_ROOT)} from the JSON")
     args = parser.parse_args(argv)
     if args.doc:
-        PAGE.write_text(markdown(json.loads(args.out.read_text())))
+        PAGE.write_text(markdown(json.loads(args.out.read_text()), _baseline()))
         print(f"wrote {PAGE}")
         return
     names = [s.name for s in SPECS]
@@ -332,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(with_run(run_start, out), indent=1) + "\n")
-    print(markdown(out))
+    print(markdown(out, _baseline()))
     print(f"wrote {args.out} in {out['wall_s']:.0f} s")
 
 

@@ -22,8 +22,9 @@ def _slo(slo: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def markdown(suite: dict[str, Any]) -> str:
-    """The page: how the suite was run, then one row per trace and policy."""
+def markdown(suite: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
+    """The page: how the suite was run, then one row per trace and policy, and ours against
+    the `baseline` run (an earlier loop on the same traces) where there is one."""
     m = suite["machine"]
     truth = suite["truth_ms"]
     lines = [
@@ -50,7 +51,7 @@ def markdown(suite: dict[str, Any]) -> str:
         "every target when each configured target's figure (mean TTFT, mean ITL, trailing p95 "
         "TTFT) is within it. `fixed_best` is the cheapest N meeting every target in >= 97 % of "
         "judged windows (bisection over N); cost ratio = replica-hours / fixed_best's. "
-        "Hand-over: windows in which ours proposed the reactive low-confidence count.",
+        "Hand-over: windows in which ours sized with the hand-over (no estimate of its own yet).",
         "",
         "| trace | targets | fixed best N | start | policy | met every target | replica-hours | "
         "cost / fixed best | hand-over | reversals |",
@@ -68,6 +69,8 @@ def markdown(suite: dict[str, Any]) -> str:
                 f"{_num(p['cost_ratio_vs_fixed_best'])} | {_pct(p['handover_share'])} | "
                 f"{p['reversals']} |"
             )
+    if baseline is not None:
+        lines += _against_baseline(suite, baseline)
     lines += ["", "## Traces", ""]
     for trace in suite["traces"]:
         s = trace["shape"]
@@ -79,3 +82,31 @@ def markdown(suite: dict[str, Any]) -> str:
             f"{_num(s['count_cv_1s'])}; targets from {trace['targets_from']}."
         )
     return "\n".join(lines) + "\n"
+
+
+def _against_baseline(suite: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    """Ours now and in the baseline run, per trace both have."""
+    before = {t["name"]: t["policies"].get("ours") for t in baseline["traces"]}
+    lines = [
+        "",
+        "## Ours against the baseline",
+        "",
+        f"The baseline is the same suite on commit `{baseline['commit']}` "
+        "(`bench/results/replay_suite_baseline.json`), recorded before this round's changes to "
+        "the loop.",
+        "",
+        "| trace | met every target (baseline -> now) | cost / fixed best | hand-over | "
+        "reversals |",
+        "|---|---|---|---|---|",
+    ]
+    for trace in suite["traces"]:
+        old, new = before.get(trace["name"]), trace["policies"].get("ours")
+        if old is None or new is None:
+            continue
+        lines.append(
+            f"| {trace['name']} | {_pct(old['met_share'])} -> {_pct(new['met_share'])} | "
+            f"{_num(old['cost_ratio_vs_fixed_best'])} -> {_num(new['cost_ratio_vs_fixed_best'])} | "
+            f"{_pct(old['handover_share'])} -> {_pct(new['handover_share'])} | "
+            f"{old['reversals']} -> {new['reversals']} |"
+        )
+    return lines
