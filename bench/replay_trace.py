@@ -128,14 +128,15 @@ def main(argv: list[str] | None = None) -> None:
         config = work / "config.yaml"
         config.write_text(yaml.safe_dump(CONFIG))
         out = work / "out"
-        command = [sys.executable, "-m", "exporter.cli.main", "replay", "--trace", str(trace),
-                   "--config", str(config), "--policy", POLICIES, "--out", str(out),
+        # Names relative to the work folder: the report echoes them, and the JSON is committed.
+        command = [sys.executable, "-m", "exporter.cli.main", "replay", "--trace", trace.name,
+                   "--config", config.name, "--policy", POLICIES, "--out", out.name,
                    "--seed", str(args.seed), "--price-per-replica-hour", "2.5",
                    "--no-fixed-best"]  # the command's own cost, not the fixed-fleet search's
         load = os.getloadavg()
         began = time.perf_counter()
-        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         wall = time.perf_counter() - began
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         peak_mb, cpu_s = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
