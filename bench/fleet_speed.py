@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench.lib.envelope import start_run, with_run  # noqa: E402
-from exporter.sizing.fleet.plan import FleetPlanner
-from exporter.sizing.fleet.values import FleetInput, FleetModel, Routing, Variant
+from exporter.sizing.fleet.plan import FleetPlanner  # noqa: E402
+from exporter.sizing.fleet.values import FleetInput, FleetModel, Routing, Variant  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOALS_S = {"small": 0.020, "large": 1.0}
@@ -116,7 +115,6 @@ def scenario(n_models: int, short: bool, cycles: int, seed: int) -> dict[str, An
 def main() -> None:
     run_start = start_run()
     load_start = os.getloadavg()
-    started = datetime.now(UTC).isoformat(timespec="seconds")
     runs = [
         ("small", 3, False, 40),
         ("small", 3, True, 40),
@@ -139,21 +137,7 @@ def main() -> None:
             )
     load_end = os.getloadavg()
     print(f"load average (1, 5, 15 min): start {load_start}, end {load_end}")
-    commit = subprocess.run(
-        ["git", "-C", str(RESULTS.parent.parent), "rev-parse", "HEAD"],
-        capture_output=True, text=True, check=False,
-    ).stdout.strip()  # fmt: skip
     envelope = {
-        "commit": commit,
-        "date": started,
-        "command": "python " + " ".join(["bench/fleet_speed.py", *sys.argv[1:]]),
-        "machine": {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cores": os.cpu_count(),
-            "load_average_start": load_start,
-            "load_average_end": load_end,
-        },
         "results": results,
     }
     RESULTS.mkdir(exist_ok=True)

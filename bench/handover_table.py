@@ -20,11 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +155,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
-    load_start = os.getloadavg()
     began = time.perf_counter()
     table = {}
     print(f"{'rate':>5} {'fixed':>5} {'ours met':>9} {'ours x':>7} {'phys met':>9} {'phys x':>7}")
@@ -173,14 +169,7 @@ def main() -> None:
         print(f"{rate:>5g} {fmt(row['fixed'], 'd'):>5} {fmt(o['met_share'], '.1%'):>9} "
               f"{fmt(o['ratio'], '.2f'):>7} {fmt(p['met_share'], '.1%'):>9} "
               f"{fmt(p['ratio'], '.2f'):>7}", flush=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                            text=True, check=False).stdout.strip()
     result = {
-        "commit": commit,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpu_count": os.cpu_count(), "load_average_start": load_start[0],
-                    "load_average_end": os.getloadavg()[0]},
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "wall_s": time.perf_counter() - began,
         "minutes": args.minutes, "seed": args.seed, "truth_ms": TRUTH.to_dict(),
         "goal": {"met_share": GOAL_SHARE, "ratio": GOAL_RATIO},

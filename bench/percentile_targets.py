@@ -19,12 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="percentile_targets.json", help="file in bench/results")
     args = parser.parse_args(argv)
     logging.getLogger("exporter").setLevel(logging.ERROR)
-    load_before, started = os.getloadavg()[0], time.perf_counter()
+    started = time.perf_counter()
     duration_s = RateProfile.paper(1.0).duration_s
     pct = PERCENTILE_SCENARIOS[0]
     if args.itl_p99_ms is not None:
@@ -84,15 +81,7 @@ def main(argv: list[str] | None = None) -> None:
               flush=True)  # fmt: skip
     table = target_table(rows)
     print_target_table(table, len(seeds), MAX_REPLICAS)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                            text=True, check=False).stdout.strip()  # fmt: skip
     out = {
-        "command": "python bench/percentile_targets.py " + " ".join(argv or sys.argv[1:]),
-        "commit": commit,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpu_count": os.cpu_count(),
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg()[0],
         "wall_s": time.perf_counter() - started,
         "scenario": pct.name,
         "ttft_p95_ms": pct.ttft_p95_ms,
