@@ -269,7 +269,9 @@ class Engine:
         rest = self.rest_windows
         if rest is None or quiet < rest:
             return None
-        next_s = arrivals.next_arrival_s()
+        # A source written before `next_arrival_s` existed is stepped through, as a profile.
+        ask = getattr(arrivals, "next_arrival_s", None)
+        next_s = None if ask is None else ask()
         if next_s is None or not math.isfinite(next_s):
             return None
         holding = max(math.ceil(next_s / self.fleet.window_s) - 1, k)  # (start, end] windows

@@ -73,8 +73,13 @@ def longest_timer_s(node: Any) -> float:
 
 def rest_windows(settings: ReplaySettings) -> int:
     """Windows every arm must stay at rest before an idle stretch is skipped: past the longest
-    timer of the settings (a policy's output no longer changes without load) plus one."""
-    return math.ceil(longest_timer_s(settings) / settings.window_s - 1e-9) + 1
+    timer of the settings (a policy's output no longer changes without load) plus one. The
+    tuner counts cycles, not seconds (a recovery from a detected change settles after
+    `min_observations` cycles, idle ones included; its window holds `window` points): those
+    counts are timers too."""
+    tuner = settings.deployment.tuner
+    timed = math.ceil(longest_timer_s(settings) / settings.window_s - 1e-9)
+    return max(timed, tuner.min_observations, tuner.window) + 1
 
 
 def fleet_settings(settings: ReplaySettings, truth: ServiceParams) -> FleetSettings:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from exporter.cli.main import main
+from exporter.config.values import TunerConfig
 from exporter.replay.arrivals import DrawnArrivals
 from exporter.replay.policies import PolicyName
 from exporter.replay.session import ReplayResult, replay, rest_windows, result_json
@@ -127,3 +128,12 @@ def test_a_trace_file_with_rows_1e6_s_apart_replays(tmp_path: Path) -> None:
     assert len(report["series"]["offered_rps"]) < 100
     fixed = report["policies"]["fixed"]
     assert fixed["replica_hours"] == (1 + 3 * (report["windows"] - 1)) * 30.0 / 3600.0
+
+
+def test_the_rest_outlasts_every_timer_in_seconds_and_the_tuner_counts_in_cycles() -> None:
+    settings = _settings()
+    assert rest_windows(settings) == 300.0 / 30.0 + 1  # the reactive HPA's 300 s window
+    longer = _settings(scale_down_stabilization_s=900.0)
+    assert rest_windows(longer) == 900.0 / 30.0 + 1
+    counted = _settings(tuner=TunerConfig(min_observations=5, window=40))
+    assert rest_windows(counted) == 41
