@@ -64,6 +64,11 @@ class DrawnArrivals:
         cached = None if t.cached_tokens is None else t.cached_tokens[rows]
         return RequestTrace(t.arrival_s[rows], t.input_tokens[rows], t.output_tokens[rows], cached)
 
+    def next_arrival_s(self) -> float | None:
+        if self.exhausted:
+            return None
+        return float(self._trace.arrival_s[self._cursor])
+
     def offered_rps(self, start_s: float, end_s: float) -> float:
         if self._rate_at is not None:
             return float(self._rate_at(start_s + (end_s - start_s) / 2))
@@ -105,6 +110,10 @@ class ProfileArrivals:
         else:
             n_in, n_out = self._pairs.sample(times.size, self._rng)
         return RequestTrace(times, n_in, n_out)
+
+    def next_arrival_s(self) -> float | None:
+        """Not known before it is drawn: a profile's idle stretches are stepped through."""
+        return None
 
     def offered_rps(self, start_s: float, end_s: float) -> float:
         area = self.profile.cumulative(np.array([start_s, end_s]))

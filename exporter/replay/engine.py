@@ -10,19 +10,29 @@ policy proposes a metric value, and the scaler (the HPA's arithmetic, or "apply 
 replica count, which the fleet follows from then on (new replicas after the startup delay,
 removed ones drain). `steps()` yields each window once every arm has done it, so a caller that
 stops between two windows (Ctrl-C) holds a consistent partial run.
+
+Idle stretches are skipped whole (`rest_windows`): once every arm has been at rest for that many
+windows in a row (no arrival, no iteration, nothing pending in its fleet, every replica ready
+and idle, the same count asked for and the same proposal each window), the windows up to
+`rest_windows` before the next arrival are yielded as one `Step` of `windows` > 1, without
+simulating or deciding them. `rest_windows` must cover every timer of the policies, scalers and
+scorers (stabilization windows, idle delays, trailing percentile windows): an arm at rest that
+long has a constant output, and the `rest_windows` windows stepped before the next arrival
+fill every time-windowed memory as stepping through the stretch would have. Its cost is then
+O(1) in the stretch's length (a trace with rows 1e9 s apart replays in seconds).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from exporter.replay.perfect import WindowView
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.validation import require_int_at_least, require_positive
-from model.simulation.replica import IterationRecord
+from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, Router, Simulator
 from model.simulation.workloads import RequestTrace
 
@@ -41,6 +51,11 @@ class ArrivalSource(Protocol):
 
     def offered_rps(self, start_s: float, end_s: float) -> float:
         """The load offered over (start_s, end_s], req/s (for reports and plots)."""
+        ...
+
+    def next_arrival_s(self) -> float | None:
+        """The next request's arrival time not yet returned; None when there is none or it
+        is not known beforehand (then no idle stretch is skipped)."""
         ...
 
 
@@ -153,6 +168,9 @@ class Step:
     arms: tuple[ArmWindow, ...]
     input_tokens: int = 0  # summed over the window's arrivals
     output_tokens: int = 0
+    # > 1: an idle stretch skipped whole, from `start_s` to `end_s`; `index` is its first
+    # window, and each arm's window is the rest window repeated (no records, same decision).
+    windows: int = 1
 
 
 @dataclass(slots=True)
@@ -161,12 +179,35 @@ class _Running:
     sim: Simulator
     provisioned: int
     status: list[ReplicaStatus] = field(default_factory=list)
+    last: ArmWindow | None = None  # the arm's last window stepped
+
+    def at_rest(self, previous: ArmWindow | None) -> bool:
+        """The last window was idle and changed nothing: no iteration, nothing pending, every
+        replica ready and idle (or removed), the count and the proposal as the window before."""
+        w = self.last
+        return (
+            w is not None and previous is not None
+            and not w.records and w.desired == w.provisioned == previous.desired
+            and w.proposal == previous.proposal
+            and self.sim.peek() == math.inf
+            and all(r.running == 0 and r.waiting == 0
+                    and r.state in (ReplicaState.READY, ReplicaState.REMOVED)
+                    for r in self.status)
+        )
 
 
 class Engine:
     """Drives the arms' fleets through the arrivals, window by window."""
 
-    def __init__(self, fleet: FleetSettings, arms: Sequence[Arm]) -> None:
+    def __init__(
+        self, fleet: FleetSettings, arms: Sequence[Arm], *, rest_windows: int | None = None
+    ) -> None:
+        """`rest_windows`: skip idle stretches once every arm has been at rest that many
+        windows (see the module docstring); None never skips."""
+        if rest_windows is not None:
+            require_int_at_least("rest_windows", rest_windows, 1)
+        self.rest_windows = rest_windows
+        self.windows_stepped = 0  # windows simulated and decided (skipped ones not counted)
         if not arms:
             raise ValueError("`arms` must hold at least one arm, got none")
         names = [a.policy.name for a in arms]
@@ -195,22 +236,63 @@ class Engine:
 
     def steps(self, arrivals: ArrivalSource, duration_s: float | None = None) -> Iterator[Step]:
         """Every window until `duration_s` (whole windows; None: until the arrivals run out,
-        the window holding the last arrival included)."""
+        the window holding the last arrival included); idle stretches as one step each."""
         window_s = self.fleet.window_s
         windows = None if duration_s is None else int(duration_s // window_s)
-        k = 0
+        k, quiet = 0, 0
         while windows is None or k < windows:
             start_s, end_s = k * window_s, (k + 1) * window_s
             chunk = arrivals.until(end_s)
             for run in self._running:
                 run.sim.add_requests(chunk)
             offered = arrivals.offered_rps(start_s, end_s)
+            before = [run.last for run in self._running]
             done = tuple(self._window(run, start_s, end_s) for run in self._running)
+            self.windows_stepped += 1
             yield Step(k, start_s, end_s, offered, len(chunk), done,
                        int(chunk.input_tokens.sum()), int(chunk.output_tokens.sum()))
             k += 1
             if windows is None and arrivals.exhausted:
                 return
+            rest = len(chunk) == 0 and all(
+                run.at_rest(prev) for run, prev in zip(self._running, before, strict=True))
+            quiet = quiet + 1 if rest else 0
+            skip_to = self._skip_to(arrivals, k, windows, quiet)
+            if skip_to is not None:
+                yield self._stretch(arrivals, k, skip_to)
+                k = skip_to
+
+    def _skip_to(
+        self, arrivals: ArrivalSource, k: int, windows: int | None, quiet: int
+    ) -> int | None:
+        """The window to resume stepping at after an idle stretch from window `k`, or None."""
+        rest = self.rest_windows
+        if rest is None or quiet < rest:
+            return None
+        # A source written before `next_arrival_s` existed is stepped through, as a profile.
+        ask = getattr(arrivals, "next_arrival_s", None)
+        next_s = None if ask is None else ask()
+        if next_s is None or not math.isfinite(next_s):
+            return None
+        holding = max(math.ceil(next_s / self.fleet.window_s) - 1, k)  # (start, end] windows
+        stop = holding - rest
+        if windows is not None:
+            stop = min(stop, windows)
+        return stop if stop - k >= 2 else None
+
+    def _stretch(self, arrivals: ArrivalSource, first: int, stop: int) -> Step:
+        """Windows first..stop-1 at rest as one step: each fleet moved to the stretch's end in
+        O(1) (nothing is pending), each arm's rest window repeated."""
+        start_s, end_s = first * self.fleet.window_s, stop * self.fleet.window_s
+        chunk = arrivals.until(end_s)
+        assert len(chunk) == 0, "an idle stretch holds no arrival"
+        arms = []
+        for run in self._running:
+            run.sim.advance(end_s)
+            assert run.last is not None
+            arms.append(replace(run.last, start_s=start_s, end_s=end_s, records=()))
+        return Step(first, start_s, end_s, arrivals.offered_rps(start_s, end_s), 0,
+                    tuple(arms), windows=stop - first)
 
     def _window(self, run: _Running, start_s: float, end_s: float) -> ArmWindow:
         sim, arm = run.sim, run.arm
@@ -237,4 +319,5 @@ class Engine:
         )
         sim.set_replicas(desired)
         run.provisioned = desired
+        run.last = out
         return out

@@ -148,7 +148,9 @@ def plot(report: dict[str, Any], path: Path) -> None:
                              squeeze=False)
     ax = axes[:, 0]
     window_s = report["window_s"]
-    t_min = [(k + 1) * window_s / 60 for k in range(len(series["offered_rps"]))]
+    # Each row's end (an idle stretch skipped whole is one row, at its end).
+    t_min = ([end_s / 60 for end_s in series[names[0]]["end_s"]] if names
+             else [(k + 1) * window_s / 60 for k in range(len(series["offered_rps"]))])
     ax[0].plot(t_min, series["offered_rps"], "k-", lw=0.9)
     ax[0].set_ylabel("offered load\n(req/s)")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -153,11 +153,13 @@ class TargetScore:
     worst_ms: float | None = None
     worst_end_s: float | None = None
 
-    def add(self, value_ms: float | None, target_ms: float, end_s: float) -> bool | None:
+    def add(
+        self, value_ms: float | None, target_ms: float, end_s: float, windows: int = 1
+    ) -> bool | None:
         if value_ms is None:
             return None
-        self.judged += 1
-        self.met += value_ms <= target_ms
+        self.judged += windows
+        self.met += windows * (value_ms <= target_ms)
         if self.worst_ms is None or value_ms > self.worst_ms:
             self.worst_ms, self.worst_end_s = value_ms, end_s
         return value_ms <= target_ms
@@ -196,9 +198,16 @@ class Scorecard:
         }
         return card
 
-    def add(self, window: ArmWindow) -> None:
+    def add(self, window: ArmWindow, windows: int = 1) -> None:
+        """Score one window, or an idle stretch of `windows` (the engine's, no records): its
+        windows cost as the rest window and are judged on no target once the trailing
+        percentile windows hold nothing (the engine's rest outlasts them)."""
         truth = WindowTruth.of(window.records, window.sim.requests)
+        if windows > 1 and window.records:
+            raise ValueError(f"a stretch of {windows} windows must hold no iteration")
         for metric, trailing in self._trailing.items():
+            for _ in range(min(windows, self.trailing_windows) - 1):
+                trailing.add(truth.ttft_ms[:0], truth.ttft_ms[:0])
             if metric is LatencyMetric.TTFT:
                 trailing.add(truth.ttft_ms, np.ones_like(truth.ttft_ms))
             elif metric is LatencyMetric.ITL_PER_TOKEN:
@@ -222,18 +231,21 @@ class Scorecard:
                 value = self._trailing[target.metric].quantile_ms(target.quantile)
             if judging:
                 verdicts.append(self.scores[target.key].add(value, target.target_ms,
-                                                            window.end_s))
+                                                            window.end_s, windows))
             row[target.key] = value
         row["judged"] = judging
+        if windows > 1 and any(row[t.key] is not None for t in self.targets):
+            raise ValueError(f"a stretch of {windows} windows must be judged on no target: the "
+                             "engine's rest must outlast the trailing percentile window")
         judged = [v for v in verdicts if v is not None]
         if judged:
-            self.all_judged += 1
-            self.all_met += all(judged)
-        self.windows += 1
-        self.replica_windows += window.provisioned
-        self.unready_replica_windows += max(0, window.provisioned - row["ready"])
+            self.all_judged += windows
+            self.all_met += windows * all(judged)
+        self.windows += windows
+        self.replica_windows += windows * window.provisioned
+        self.unready_replica_windows += windows * max(0, window.provisioned - row["ready"])
         reason = window.proposal.reason or "-"
-        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + windows
         move = (window.desired > window.provisioned) - (window.desired < window.provisioned)
         if move:
             self.reversals += move == -self._last_move

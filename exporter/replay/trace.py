@@ -57,7 +57,9 @@ KNOWN_COLUMNS = (AZURE_COLUMNS, SIMULATE_COLUMNS, JSONL_COLUMNS)
 MAX_TRACE_TOKENS = 1 << 24  # one request's prompt or output: beyond any context length
 MAX_FIELD_CHARS = 1024  # a cell longer than this is not a number or a date
 TAIL_BYTES = 4096  # enough for a last row
-MAX_SPAN_S = 366 * 86400.0  # a replay steps through every window: a longer one never ends
+# Longer is a time in another unit or a corrupt row: idle stretches cost nothing (the engine
+# skips them), but a busy year already takes days to replay.
+MAX_SPAN_S = 366 * 86400.0
 
 
 class TraceError(ValueError):
@@ -239,6 +241,13 @@ class TraceReader:
     def offered_rps(self, start_s: float, end_s: float) -> float:
         """The arrivals the last `until` returned, over the window."""
         return self._last_count / (end_s - start_s)
+
+    def next_arrival_s(self) -> float | None:
+        """The earliest arrival not yet returned (copies of a row follow the row)."""
+        times = [r[0] for r in self._held]
+        if self._next is not None:
+            times.append(self._next[0])
+        return min(times, default=None)
 
     def until(self, end_s: float) -> RequestTrace:
         rows = [r for r in self._held if r[0] <= end_s]

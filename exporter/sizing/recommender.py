@@ -25,6 +25,7 @@ from exporter.sizing.handover import Handover
 from exporter.sizing.reasons import REASON_MESSAGES, Reason
 from exporter.sizing.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
 from exporter.sizing.slo_targets import BindingTarget, PredictedPercentile, binding_target
+from exporter.sizing.stabilization import ScaleDownWindow
 from exporter.sizing.traffic import ModelInputs
 from model import Observation, PercentileTarget, ServiceParams, Workload
 from model.calibration.trust import ModelBias
@@ -117,7 +118,7 @@ class Recommender:
 
     def __init__(self, deployment: DeploymentConfig) -> None:
         self._dep = deployment
-        self._history: deque[tuple[float, int]] = deque()
+        self.window = ScaleDownWindow(deployment.scale_down_stabilization_s)
         self._rates: deque[tuple[float, float]] = deque(maxlen=TREND_WINDOWS)
         zero = deployment.scale_from_zero
         self._gate = None if zero is None else ZeroGate(zero)
@@ -300,9 +301,7 @@ class Recommender:
         highest count of the restored stabilization window; None before any."""
         if self.last is not None and self.last.desired_replicas is not None:
             return self.last.desired_replicas
-        window_s = self._dep.scale_down_stabilization_s
-        recent = [r for t, r in self._history if now_s - window_s <= t <= now_s]
-        return max(recent) if recent else None
+        return self.window.highest(now_s)
 
     def projected_rate(self, rate: float) -> float:
         """The rate to size for (req/s): the current one, or with look_ahead_s > 0 the recent
@@ -327,10 +326,7 @@ class Recommender:
     ) -> Decision:
         dep = self._dep
         wanted = min(max(wanted, dep.serving_min_replicas), dep.max_replicas)
-        while self._history and self._history[0][0] < now_s - dep.scale_down_stabilization_s:
-            self._history.popleft()
-        self._history.append((now_s, wanted))
-        desired = max(r for _, r in self._history)
+        desired = self.window.hold(now_s, wanted)
         if reason is None or (desired > wanted and reason is Reason.QUEUE_GROWING):
             # Held above today's need by the window, whether or not the pods have caught up.
             if desired > wanted:
@@ -352,7 +348,7 @@ class Recommender:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe stabilization history (and scale-to-zero state)."""
-        saved: dict[str, Any] = {"history": [[t, r] for t, r in self._history]}
+        saved: dict[str, Any] = {"history": [[t, r] for t, r in self.window.entries()]}
         if self._gate is not None:
             saved["zero"] = self._gate.to_dict()
         return saved
@@ -360,8 +356,8 @@ class Recommender:
     def restore(self, data: dict[str, Any], now_s: float) -> None:
         """Load a history saved by `to_dict`: entries that do not parse, lie in the future or
         have left the stabilization window are dropped; counts are clamped to today's bounds."""
-        self._history.clear()
         dep = self._dep
+        kept: list[tuple[float, int]] = []
         if self._gate is not None and isinstance(data, dict):
             self._gate.restore(data.get("zero"), now_s)
         history = data.get("history", []) if isinstance(data, dict) else []
@@ -371,12 +367,11 @@ class Recommender:
                 and len(entry) == 2
                 and isinstance(entry[0], int | float)
                 and math.isfinite(entry[0])
-                and now_s - dep.scale_down_stabilization_s <= entry[0] <= now_s
                 and isinstance(entry[1], int)
                 and not isinstance(entry[1], bool)
             ):
-                count = min(max(entry[1], dep.serving_min_replicas), dep.max_replicas)
-                self._history.append((float(entry[0]), count))
+                kept.append((float(entry[0]), entry[1]))
+        self.window.restore(kept, now_s, dep.serving_min_replicas, dep.max_replicas)
 
 
 _OPTIONAL_FIELDS = (

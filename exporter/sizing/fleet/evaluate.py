@@ -3,9 +3,9 @@ the optimizer's answer is read back with, and the order plans are ranked in."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from exporter.sizing.fleet.values import Allocation, FleetInput, Routing
+from exporter.sizing.fleet.values import Allocation, FleetInput, FleetModel, Routing, Variant
 from model.queueing.sizing import CEIL_SLACK
 
 # Objective values closer than this (relative) are the same: the solver's own tolerances.
@@ -16,11 +16,24 @@ def served_rps(inp: FleetInput, model: str, replicas: Mapping[str, int]) -> floa
     """The rate the model's replicas carry within their SLO capacity under its routing rule:
     `weighted` adds every replica's capacity; `even` gives every replica the same share, so
     the smallest capacity among the variants in use bounds them all."""
-    routing = inp.model(model).routing
+    own = inp.own(model)
+    return _served(inp, inp.model(model).routing, own, replicas)
+
+
+def unserved_rps(inp: FleetInput, model: str, replicas: Mapping[str, int]) -> float:
+    """Demand beyond what the counts carry (req/s); a shortfall within the recommender's
+    rounding slack (a replica count of ceil(demand / capacity - CEIL_SLACK)) is none."""
+    own = inp.own(model)
+    return _unserved(inp, inp.model(model), own, replicas)
+
+
+def _served(
+    inp: FleetInput, routing: Routing, own: Sequence[Variant], replicas: Mapping[str, int]
+) -> float:
     used = [
         (replicas[v.name], v.sizing_capacity_rps(inp.untrusted_margin))
-        for v in inp.variants
-        if v.model == model and replicas[v.name] > 0
+        for v in own
+        if replicas[v.name] > 0
     ]
     if not used:
         return 0.0
@@ -29,16 +42,13 @@ def served_rps(inp: FleetInput, model: str, replicas: Mapping[str, int]) -> floa
     return sum(n * c for n, c in used)
 
 
-def unserved_rps(inp: FleetInput, model: str, replicas: Mapping[str, int]) -> float:
-    """Demand beyond what the counts carry (req/s); a shortfall within the recommender's
-    rounding slack (a replica count of ceil(demand / capacity - CEIL_SLACK)) is none."""
-    demand = inp.model(model).demand_rps
-    served = served_rps(inp, model, replicas)
-    slack = CEIL_SLACK * max(
-        (v.sizing_capacity_rps(inp.untrusted_margin) for v in inp.variants if v.model == model),
-        default=0.0,
-    )
-    return 0.0 if served + slack >= demand else demand - served
+def _unserved(
+    inp: FleetInput, m: FleetModel, own: Sequence[Variant], replicas: Mapping[str, int]
+) -> float:
+    served = _served(inp, m.routing, own, replicas)
+    slack = CEIL_SLACK * max((v.sizing_capacity_rps(inp.untrusted_margin) for v in own),
+                             default=0.0)
+    return 0.0 if served + slack >= m.demand_rps else m.demand_rps - served
 
 
 def cost_per_hour(inp: FleetInput, replicas: Mapping[str, int]) -> float:
@@ -65,7 +75,7 @@ def allocation(inp: FleetInput, replicas: Mapping[str, int]) -> Allocation:
     counts = {v.name: int(replicas[v.name]) for v in inp.variants}
     return Allocation(
         replicas=counts,
-        unserved_rps={m.name: unserved_rps(inp, m.name, counts) for m in inp.models},
+        unserved_rps={m.name: _unserved(inp, m, inp.own(m.name), counts) for m in inp.models},
         cost_per_hour=cost_per_hour(inp, counts),
     )
 

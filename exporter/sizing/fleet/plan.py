@@ -7,9 +7,10 @@ Pure apart from the per-variant stabilization history: the caller passes the tim
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 
-from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
 from exporter.sizing.fleet.evaluate import SAME_RELATIVE, cost_per_hour, gpus_by_type, rank
 from exporter.sizing.fleet.milp import solve
 from exporter.sizing.fleet.values import (
@@ -20,8 +21,7 @@ from exporter.sizing.fleet.values import (
     PlanReason,
     Variant,
 )
-from exporter.sizing.recommender import Recommender
-from model import ServerConfig
+from exporter.sizing.stabilization import ScaleDownWindow
 
 # The fleet's reason is the first of these any model has.
 _PLAN_ORDER = (
@@ -37,16 +37,21 @@ _PLAN_ORDER = (
 def choose(inp: FleetInput) -> tuple[Allocation, set[str]]:
     """The plan to run and the models kept on their current mix: the least-cost plan, unless
     the current mix (the variants with replicas now, resized for the demand) serves as much
-    demand at every priority and costs less than 1 / (1 - switch_saving) times as much."""
+    demand at every priority and costs less than 1 / (1 - switch_saving) times as much.
+    Both solves share the input's solver time: the second gets what the first left, at least
+    a tenth (a solve out of time keeps the better of its best plan and the greedy one)."""
+    began = time.perf_counter()
     best = solve(inp)
     caps: dict[str, int] = {}
     for m in inp.models:
-        own = [v for v in inp.variants if v.model == m.name]
+        own = inp.own(m.name)
         if any(v.current_replicas > 0 for v in own):  # with nothing running, no mix to keep
             caps.update({v.name: 0 for v in own if v.current_replicas == 0})
     if all(best.replicas[name] <= cap for name, cap in caps.items()):
         return best, set()
-    kept = solve(inp, caps)
+    limit_s = inp.solve_time_limit_s
+    left_s = max(limit_s - (time.perf_counter() - began), 0.1 * limit_s)
+    kept = solve(replace(inp, solve_time_limit_s=left_s), caps)
     levels_kept, levels_best = rank(inp, kept)[:-1], rank(inp, best)[:-1]
     serves_as_much = all(
         k <= b + SAME_RELATIVE * (1.0 + b) for k, b in zip(levels_kept, levels_best, strict=True)
@@ -61,7 +66,7 @@ def model_reasons(inp: FleetInput, plan: Allocation, kept: set[str]) -> dict[str
     """Each model's reason: why demand is unserved when some is, else how the counts came."""
     reasons: dict[str, PlanReason] = {}
     for m in inp.models:
-        own = [v for v in inp.variants if v.model == m.name]
+        own = inp.own(m.name)
         if plan.unserved_rps[m.name] > 0:
             if all(plan.replicas[v.name] >= v.max_replicas for v in own):
                 reasons[m.name] = PlanReason.MAX_REPLICAS
@@ -116,11 +121,10 @@ def within_inventory(
 
 
 class FleetPlanner:
-    """The fleet decision across cycles: each variant's scale-down stabilization history."""
+    """The fleet decision across cycles: each variant's scale-down stabilization window."""
 
     def __init__(self) -> None:
-        self._windows: dict[str, tuple[tuple[int, float], Recommender]] = {}
-
+        self._windows: dict[str, tuple[tuple[int, float], ScaleDownWindow]] = {}
     def decide(self, now_s: float, inp: FleetInput) -> FleetPlan:
         """This cycle's plan at wall time now_s (s)."""
         chosen, kept = choose(inp)
@@ -135,9 +139,8 @@ class FleetPlanner:
         models = {
             m.name: ModelPlan(
                 reason=reasons[m.name],
-                cost_per_hour=cost_per_hour(
-                    inp, {v.name: desired[v.name] if v.model == m.name else 0 for v in inp.variants}
-                ),
+                cost_per_hour=sum(desired[v.name] * v.cost_per_replica_hour
+                                  for v in inp.own(m.name)),
                 unserved_rps=chosen.unserved_rps[m.name],
             )
             for m in inp.models
@@ -154,30 +157,15 @@ class FleetPlanner:
         )
 
     def _stabilized(self, now_s: float, v: Variant, count: int) -> int:
-        """The highest count planned for `v` within its stabilization window, by the
-        recommender's own stabilization. The recommender never sizes a serving deployment
-        below one replica and a variant may plan none, so its window is kept one replica up."""
+        """The highest count planned for `v` within its stabilization window, by the same
+        window as the recommender's. A changed window or maximum keeps the history that
+        still falls in the window, clamped to the maximum, as a restart restores it."""
         key = (v.max_replicas, v.stabilization_s)
         held = self._windows.get(v.name)
         if held is None or held[0] != key:
-            window = Recommender(_window_config(v))
+            window = ScaleDownWindow(v.stabilization_s)
             if held is not None:
-                window.restore(held[1].to_dict(), now_s)
+                window.restore(held[1].entries(), now_s, 0, v.max_replicas)
             held = (key, window)
             self._windows[v.name] = held
-        decision = held[1]._stabilized(now_s, count + 1, count + 1, None, count + 1, None)
-        assert decision.desired_replicas is not None  # _stabilized always sets a count
-        return decision.desired_replicas - 1
-
-
-def _window_config(v: Variant) -> DeploymentConfig:
-    return DeploymentConfig(
-        name=v.name,
-        model_name=v.model,
-        source=SourceConfig(),
-        server=ServerConfig(),
-        slo=SloConfig(),
-        min_replicas=1,
-        max_replicas=v.max_replicas + 1,
-        scale_down_stabilization_s=v.stabilization_s,
-    )
+        return held[1].hold(now_s, count)

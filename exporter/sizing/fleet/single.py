@@ -44,7 +44,7 @@ def best_alone(inp: FleetInput, model: str) -> Allocation | None:
 
 def only(inp: FleetInput, model: str) -> FleetInput:
     """The fleet input of one model and its variants alone."""
-    variants = tuple(v for v in inp.variants if v.model == model)
+    variants = inp.own(model)
     return replace(inp, models=(inp.model(model),), variants=variants)
 
 
@@ -57,6 +57,14 @@ def _weighted(own: list[Variant], caps: list[float], demand: float) -> list[int]
     if top + CEIL_SLACK * max(caps) < demand:
         # Short at every count: all that serve at their maximum carry the most.
         return [h if c > 0 else lo for c, h, lo in zip(caps, high, low, strict=True)]
+    # More replicas of one variant than carry the demand alone (one above its own ceil, so
+    # the rounding slack cannot leave a shortfall) only add cost: any plan above that is
+    # matched by one at it, the last variant at its minimum. Exact, and the grid shrinks
+    # from up to (max + 1)^3 to about (demand / capacity)^3 vectors.
+    high = [
+        min(h, max(lo, math.ceil(demand / c - CEIL_SLACK) + 1)) if c > 0 else lo
+        for c, h, lo in zip(caps, high, low, strict=True)
+    ]
     last = max(range(len(own)), key=lambda i: (high[i] - low[i]) if caps[i] > 0 else -1)
     rest = [i for i in range(len(own)) if i != last]
     if math.prod(high[i] - low[i] + 1 for i in rest) > MAX_GRID:

@@ -128,15 +128,22 @@ class FleetInput:
     untrusted_margin: float = DEFAULT_UNTRUSTED_MARGIN
     switch_saving: float = DEFAULT_SWITCH_SAVING
     solve_time_limit_s: float = DEFAULT_SOLVE_TIME_LIMIT_S
+    # Indexes built once (a fleet of hundreds of models reads them per model and variant).
+    _models: Mapping[str, FleetModel] = field(init=False, repr=False, compare=False)
+    _own: Mapping[str, tuple[Variant, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inventory", MappingProxyType(dict(self.inventory)))
-        names = [m.name for m in self.models]
-        _require(len(set(names)) == len(names), "models", names)
+        names = {m.name: m for m in self.models}
+        _require(len(names) == len(self.models), "models", [m.name for m in self.models])
+        own: dict[str, list[Variant]] = {name: [] for name in names}
         variants = [v.name for v in self.variants]
         _require(len(set(variants)) == len(variants), "variants", variants)
         for v in self.variants:
             _require(v.model in names, f"variants.{v.name}.model", v.model)
+            own[v.model].append(v)
+        object.__setattr__(self, "_models", MappingProxyType(names))
+        object.__setattr__(self, "_own", MappingProxyType({k: tuple(x) for k, x in own.items()}))
         for kind, gpus in self.inventory.items():
             _require(gpus >= 0, f"inventory.{kind}", gpus)
         for kind, floor in self.min_gpus().items():
@@ -155,7 +162,11 @@ class FleetInput:
         return floor
 
     def model(self, name: str) -> FleetModel:
-        return next(m for m in self.models if m.name == name)
+        return self._models[name]
+
+    def own(self, model: str) -> tuple[Variant, ...]:
+        """The model's variants, in input order."""
+        return self._own[model]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
