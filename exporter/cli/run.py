@@ -32,7 +32,7 @@ from exporter.config.loader import listen_problem, load_config
 from exporter.daemon.daemon import Daemon
 from exporter.daemon.exposition import BuildInfoCollector
 from exporter.daemon.log_lines import log_unexpected
-from exporter.daemon.operation_metrics import SkippedEvent
+from exporter.daemon.operation_metrics import QueryMetrics, SkippedEvent
 from exporter.daemon.scheduler import PeriodicScheduler
 from exporter.daemon.server import SizerHTTPServer
 from exporter.daemon.statefile import StateFile
@@ -84,7 +84,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     registry.register(BuildInfoCollector(package_version()))
     statefile = StateFile(config.state_file) if config.state_file else None
     samplers = build_samplers(config.deployments, clock, config.max_response_bytes)
-    client = prometheus_client(config)  # one client (and connection pool) for every query
+    # One client (and connection pool) for every query, timed into the registry.
+    client = prometheus_client(config, on_query=QueryMetrics(registry).observe)
     daemon = Daemon(
         config,
         build_sources(config, clock, client),

@@ -3,15 +3,26 @@ deployment that scales to zero, its demand query; one Prometheus client serves t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from exporter.base.clock import Clock
 from exporter.collector.demand import DemandSource
+from exporter.collector.prom_batch import PrometheusBatch
 from exporter.collector.promapi import PrometheusClient
-from exporter.collector.sources import PrometheusSource, ScrapeSource, Source
+from exporter.collector.sources import (
+    DEFAULT_POD_LABEL,
+    PrometheusSource,
+    ScrapeSource,
+    Source,
+)
 from exporter.config.values import Config
 
 
-def prometheus_client(config: Config) -> PrometheusClient | None:
-    """The client of the `prometheus` section (None without one)."""
+def prometheus_client(
+    config: Config, on_query: Callable[[float], None] | None = None
+) -> PrometheusClient | None:
+    """The client of the `prometheus` section (None without one); `on_query` is told each
+    query's wall time (s)."""
     if config.prometheus is None:
         return None
     return PrometheusClient(
@@ -20,6 +31,7 @@ def prometheus_client(config: Config) -> PrometheusClient | None:
         bearer_token_file=config.prometheus.bearer_token_file,
         ca_file=config.prometheus.ca_file,
         max_body_bytes=config.max_response_bytes,
+        on_query=on_query,
     )
 
 
@@ -49,7 +61,25 @@ def build_sources(
                 timeout_s=src.scrape_timeout_s,
                 max_body_bytes=config.max_response_bytes,
             )
+    _batch_prometheus_reads(sources, clock, client)
     return sources
+
+
+def _batch_prometheus_reads(
+    sources: dict[str, Source], clock: Clock, client: PrometheusClient | None
+) -> None:
+    """Every Prometheus source reads its part of one query per cycle (prom_batch.py)."""
+    prom = {name: s for name, s in sources.items() if isinstance(s, PrometheusSource)}
+    if not prom or client is None:
+        return
+    batch = PrometheusBatch(
+        client=client,
+        clock=clock,
+        selectors={name: s.series_query for name, s in prom.items()},
+        pod_label=DEFAULT_POD_LABEL,
+    )
+    for name, source in prom.items():
+        source.batch = (batch, name)
 
 
 def build_demand_sources(

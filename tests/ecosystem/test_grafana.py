@@ -207,6 +207,7 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     from exporter.base.clock import ManualClock
     from exporter.config.loader import parse_config
     from exporter.daemon.exposition import BuildInfoCollector
+    from exporter.daemon.operation_metrics import QueryMetrics
 
     dep = {
         "name": "llama",
@@ -219,6 +220,7 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     registry = CollectorRegistry()
     daemon.Daemon(config, sources_from_config.build_sources(config, clock), registry, clock)
     registry.register(BuildInfoCollector("0.0.0"))
+    QueryMetrics(registry)  # registered by `run` beside the daemon's own
     suffixes = {
         "counter": ("_total",),
         "info": ("_info",),
