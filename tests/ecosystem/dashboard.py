@@ -80,6 +80,7 @@ HEALTH_METRICS = DEPLOYMENT_COUNTERS | frozenset(
         "vllm_sizer_cycles_skipped_total",
         "vllm_sizer_state_save_errors_total",
         "vllm_sizer_build_info",
+        "vllm_sizer_started_timestamp_seconds",
     }
 )
 # Every series that a panel must filter by deployment="$deployment".

@@ -226,6 +226,9 @@ class StubCollector:
         last = GaugeMetricFamily(PREFIX + "last_successful_cycle_timestamp_seconds", "last ok")
         last.add_metric([], time.time() - v.last_success_age_s)
         yield last
+        started = GaugeMetricFamily(PREFIX + "started_timestamp_seconds", "started")
+        started.add_metric([], time.time() - (time.monotonic() - self.started))
+        yield started
         build = GaugeMetricFamily(PREFIX + "build_info", "build", labels=["version"])
         build.add_metric(["0.1.0"], 1)
         yield build
