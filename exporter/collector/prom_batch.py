@@ -1,10 +1,11 @@
-"""One Prometheus read for every deployment of a cycle, not one per deployment. collector-spec §5.
+"""One Prometheus read for many deployments of a cycle, not one per deployment. collector-spec §5.
 
 Each deployment's selector becomes one branch of a union, tagged with the deployment's name by
 `label_replace`, so Prometheus attributes every series itself (whatever matchers a selector
-uses) and two overlapping selectors keep both copies apart. A cycle then costs two queries (the
-series, and their scrape times) whatever the number of deployments: the load on Prometheus grows
-with the series read, not with a query per deployment.
+uses) and two overlapping selectors keep both copies apart. A batch then costs two queries per
+cycle (the series, and their scrape times) whatever the number of its deployments (build_sources
+puts up to 100 in one, so that an answer stays far below the response cap): the load on
+Prometheus grows with the series read, not with a query per deployment.
 
 The reader threads of a cycle ask for their deployment's part at about the same moment: the first
 one queries (under the lock, so the others wait for its answer instead of querying again), the

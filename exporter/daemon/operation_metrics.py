@@ -110,8 +110,8 @@ QUERY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 class QueryMetrics:
     """The load the sizer puts on Prometheus: its queries and their wall time. In central mode a
-    cycle reads every deployment with one series query and one scrape-time query, whatever the
-    number of deployments, plus one demand query per deployment with scale_from_zero."""
+    cycle reads up to 100 deployments with one series query and one scrape-time query, plus one
+    demand query per deployment with scale_from_zero."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.seconds = Histogram(

@@ -171,3 +171,22 @@ def test_two_series_per_pod_fail_that_deployment_only_naming_the_label(
     assert [s.pod for s in reads["dep-0"].samples] == [pod_name(0, 1)]
     for i in range(1, DEPLOYMENTS):
         assert reads[f"dep-{i}"].failures == () and len(reads[f"dep-{i}"].samples) == PODS
+
+
+def test_more_deployments_than_a_batch_holds_take_two_queries_per_batch(
+    start_prometheus: StartPrometheus, pods: dict[str, MetricsServer], monkeypatch
+) -> None:
+    import exporter.collector.from_config as from_config
+
+    monkeypatch.setattr(from_config, "BATCH_DEPLOYMENTS", 4)  # 6 deployments: batches of 4 and 2
+    prom = start_prometheus(targets(pods), scrape_interval_s=0.5)
+    prom.wait_for_scrape(after_s=time.time())
+    config = config_for(prom.base_url, DEPLOYMENTS)
+    counting = Counting()
+    sources = build_sources(config, SystemClock(), prometheus_client(config, on_query=counting))
+    reads = read_all(sources)  # type: ignore[arg-type]
+    assert counting.count == 4
+    for i in range(DEPLOYMENTS):
+        assert sorted(s.pod for s in reads[f"dep-{i}"].samples) == [
+            pod_name(i, p) for p in range(PODS)
+        ]
