@@ -1,5 +1,6 @@
-"""The I/O a configuration asks for: one vLLM metrics source per deployment and, for each
-deployment that scales to zero, its demand query; one Prometheus client serves them all."""
+"""The I/O a configuration asks for: each deployment's vLLM source and demand query.
+
+One Prometheus client serves them all; Prometheus sources read in batches (prom_batch.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One Prometheus read for many deployments of a cycle, not one per deployment. collector-spec §5.
+"""Many deployments' series in one Prometheus query. collector-spec §5.
 
 Each deployment's selector becomes one branch of a union, tagged with the deployment's name by
 `label_replace`, so Prometheus attributes every series itself (whatever matchers a selector

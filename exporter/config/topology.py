@@ -1,4 +1,4 @@
-"""Where one sizer sits in a central install: its replica identity and its shard of the models.
+"""A sizer's replica identity and shard.
 
 Sharding splits the deployments across several sizers by model name: each shard reads, sizes and
 exports only the deployments whose model hashes to it, so every variant of a model (deployments

@@ -1,4 +1,4 @@
-"""Every series a replica serves, with its identity: the `sizer_replica` label.
+"""The `sizer_replica` label on every served series.
 
 Two replicas of a central sizer export the same families for the same deployments; the label is
 what lets a query take each deployment's whole answer from one of them instead of mixing or
