@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test test-fast test-vllm validate-vllm lint layers docs bench venv prometheus clean
+.PHONY: run test test-fast test-vllm validate-vllm lint layers docs bench venv prometheus kubectl clean
 
 venv: $(STAMP)
 
@@ -22,10 +22,17 @@ prometheus:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# `kubectl kustomize` renders the config/k8s packages in the manifest tests (the machine's apt
+# sources carry kubectl; the tests fail loudly without it rather than skip).
+kubectl:
+	@command -v kubectl >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends kubectl >/dev/null; }
+
 run: venv
 	$(VENV)/bin/vllm-sizer demo
 
-test: venv prometheus
+test: venv prometheus kubectl
 	$(VENV)/bin/ruff check model exporter tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not vllm" -q

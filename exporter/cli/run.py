@@ -29,10 +29,13 @@ from exporter.collector.from_config import (
     prometheus_client,
 )
 from exporter.config.loader import listen_problem, load_config
+from exporter.config.topology import place
+from exporter.config.values import Config
 from exporter.daemon.daemon import Daemon
 from exporter.daemon.exposition import BuildInfoCollector
 from exporter.daemon.log_lines import log_unexpected
-from exporter.daemon.operation_metrics import SkippedEvent
+from exporter.daemon.operation_metrics import QueryMetrics, SkippedEvent
+from exporter.daemon.replica_label import register_start, served_registry
 from exporter.daemon.scheduler import PeriodicScheduler
 from exporter.daemon.server import SizerHTTPServer
 from exporter.daemon.statefile import StateFile
@@ -71,6 +74,11 @@ def configure_logging(level: str) -> None:
     )
 
 
+def _placement(config: Config, replica: str | None) -> str:
+    shard = "" if config.shard is None else f", shard {config.shard.index} of {config.shard.count}"
+    return shard + ("" if replica is None else f", replica {replica}")
+
+
 def run_daemon(args: argparse.Namespace) -> int:
     """The daemon: cycles on a schedule, serves /metrics, /healthz, /readyz, /api/v1/predict."""
     try:
@@ -78,13 +86,20 @@ def run_daemon(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"vllm-sizer: {exc}", file=sys.stderr)
         return 2
+    try:
+        config, replica = place(config, os.environ)  # this sizer's shard and identity
+    except ConfigError as exc:
+        print(f"vllm-sizer: {exc}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level or config.log_level)
     clock = SystemClock()
     registry = CollectorRegistry()
     registry.register(BuildInfoCollector(package_version()))
+    register_start(registry, clock.time())
     statefile = StateFile(config.state_file) if config.state_file else None
     samplers = build_samplers(config.deployments, clock, config.max_response_bytes)
-    client = prometheus_client(config)  # one client (and connection pool) for every query
+    # One client (and connection pool) for every query, timed into the registry.
+    client = prometheus_client(config, on_query=QueryMetrics(registry).observe)
     daemon = Daemon(
         config,
         build_sources(config, clock, client),
@@ -110,7 +125,7 @@ def run_daemon(args: argparse.Namespace) -> int:
         server = SizerHTTPServer(
             config.listen_host,
             config.listen_port,
-            registry,
+            served_registry(registry, replica),
             daemon.ready,
             daemon.predict,
             live=scheduler.alive,
@@ -121,11 +136,12 @@ def run_daemon(args: argparse.Namespace) -> int:
         return 2
     server.start()
     logger.info(
-        "listening on %s:%d, %d deployment(s), cycle every %gs",
+        "listening on %s:%d, %d deployment(s), cycle every %gs%s",
         config.listen_host,
         server.port,
         len(config.deployments),
         config.cycle_period_s,
+        _placement(config, replica),
     )
     stop = threading.Event()
 

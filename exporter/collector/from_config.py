@@ -1,17 +1,35 @@
-"""The I/O a configuration asks for: one vLLM metrics source per deployment and, for each
-deployment that scales to zero, its demand query; one Prometheus client serves them all."""
+"""The I/O a configuration asks for: each deployment's vLLM source and demand query.
+
+One Prometheus client serves them all; Prometheus sources read in batches (prom_batch.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from exporter.base.clock import Clock
 from exporter.collector.demand import DemandSource
+from exporter.collector.prom_batch import PrometheusBatch
 from exporter.collector.promapi import PrometheusClient
-from exporter.collector.sources import PrometheusSource, ScrapeSource, Source
+from exporter.collector.sources import (
+    DEFAULT_POD_LABEL,
+    PrometheusSource,
+    ScrapeSource,
+    Source,
+)
 from exporter.config.values import Config
 
+# Deployments per batched query. A vLLM 0.32 pod has 117 series the sizer reads (10.5 KB of
+# exposition text); as Prometheus JSON with the target's labels, about 230 bytes each: some 27 KB
+# per pod, so 100 deployments of 2 pods answer about 5-6 MB, well inside the 32 MiB response cap
+# (max_response_mib), where 1,000 in one answer (about 54 MB) would fail whole.
+BATCH_DEPLOYMENTS = 100
 
-def prometheus_client(config: Config) -> PrometheusClient | None:
-    """The client of the `prometheus` section (None without one)."""
+
+def prometheus_client(
+    config: Config, on_query: Callable[[float], None] | None = None
+) -> PrometheusClient | None:
+    """The client of the `prometheus` section (None without one); `on_query` is told each
+    query's wall time (s)."""
     if config.prometheus is None:
         return None
     return PrometheusClient(
@@ -20,6 +38,7 @@ def prometheus_client(config: Config) -> PrometheusClient | None:
         bearer_token_file=config.prometheus.bearer_token_file,
         ca_file=config.prometheus.ca_file,
         max_body_bytes=config.max_response_bytes,
+        on_query=on_query,
     )
 
 
@@ -49,7 +68,29 @@ def build_sources(
                 timeout_s=src.scrape_timeout_s,
                 max_body_bytes=config.max_response_bytes,
             )
+    _batch_prometheus_reads(sources, clock, client)
     return sources
+
+
+def _batch_prometheus_reads(
+    sources: dict[str, Source], clock: Clock, client: PrometheusClient | None
+) -> None:
+    """Every Prometheus source reads its part of one query per cycle (prom_batch.py), at most
+    BATCH_DEPLOYMENTS deployments to a query."""
+    prom = {name: s for name, s in sources.items() if isinstance(s, PrometheusSource)}
+    if not prom or client is None:
+        return
+    names = sorted(prom)
+    for start in range(0, len(names), BATCH_DEPLOYMENTS):
+        chunk = names[start : start + BATCH_DEPLOYMENTS]
+        batch = PrometheusBatch(
+            client=client,
+            clock=clock,
+            selectors={name: prom[name].series_query for name in chunk},
+            pod_label=DEFAULT_POD_LABEL,
+        )
+        for name in chunk:
+            prom[name].batch = (batch, name)
 
 
 def build_demand_sources(

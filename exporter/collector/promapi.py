@@ -12,7 +12,8 @@ import json
 import logging
 import math
 import ssl
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -51,7 +52,9 @@ class PrometheusClient:
         ca_file: Path | None = None,
         insecure: bool = False,
         max_body_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        on_query: Callable[[float], None] | None = None,
     ) -> None:
+        """`on_query` is told each query's wall time (s), answered or failed."""
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"`base_url` must start with http:// or https://, got {base_url!r}")
         if not (math.isfinite(timeout_s) and timeout_s > 0):
@@ -64,6 +67,7 @@ class PrometheusClient:
         self._max_body_bytes = max_body_bytes
         self._ssl = _ssl_context(ca_file, insecure) if base_url.startswith("https://") else None
         self._warned: dict[str, str] = {}  # per query, the warnings last logged
+        self._on_query = on_query
 
     def headers(self) -> dict[str, str]:
         """Request headers; the token is read now, trimmed, and omitted when empty."""
@@ -84,6 +88,15 @@ class PrometheusClient:
 
     def query(self, promql: str, *, time_s: float | None = None) -> list[VectorSample]:
         """Evaluate `promql` at `time_s` (unix s; None = the server's now)."""
+        if self._on_query is None:
+            return self._query(promql, time_s)
+        started = time.perf_counter()
+        try:
+            return self._query(promql, time_s)
+        finally:
+            self._on_query(time.perf_counter() - started)
+
+    def _query(self, promql: str, time_s: float | None) -> list[VectorSample]:
         form = {"query": promql}
         if time_s is not None:
             form["time"] = f"{time_s:.3f}"

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from exporter.base.clock import Clock
 from exporter.base.errors import FailureReason, ScrapeError, SourceError
 from exporter.collector.http_fetch import FetchError, fetch
+from exporter.collector.prom_batch import PrometheusBatch
 from exporter.collector.promapi import PrometheusClient, VectorSample
 from exporter.collector.vllm_metrics import (
     PROCESS_START_METRIC,
@@ -228,6 +229,15 @@ def pod_name_for_url(url: str) -> str:
     return urlsplit(url).netloc or url
 
 
+def series_selector(selector: str) -> str:
+    """The vLLM series `selector` (a deployment's `prometheus_selector`) matches."""
+    # Plain identifiers ([a-z_:]), so the alternation needs no regex escaping.
+    names = "|".join(sorted(wanted_sample_names(escaped=True)))
+    extra = selector.strip().strip("{}").strip().strip(",")
+    matchers = f'__name__=~"{names}"' + (f",{extra}" if extra else "")
+    return "{" + matchers + "}"
+
+
 class PrometheusSource:
     """Reads the raw vLLM series of one deployment from Prometheus at an instant."""
 
@@ -252,11 +262,9 @@ class PrometheusSource:
         self._model_name = model_name
         self._pod_label = pod_label
         self._max_sample_age_s = max_sample_age_s
-        # Plain identifiers ([a-z_:]), so the alternation needs no regex escaping.
-        names = "|".join(sorted(wanted_sample_names(escaped=True)))
-        extra = selector.strip().strip("{}").strip().strip(",")
-        matchers = f'__name__=~"{names}"' + (f",{extra}" if extra else "")
-        self.series_query = "{" + matchers + "}"
+        self.series_query = series_selector(selector)
+        # Set by build_sources when one query reads every deployment (prom_batch.py).
+        self.batch: tuple[PrometheusBatch, str] | None = None
         # Scrape times per pod. timestamp() drops the metric name, and Prometheus 2.x rejects a
         # result whose label sets then clash; a copy of the name in another label keeps them apart.
         named = f'label_replace({self.series_query}, "name_", "$1", "__name__", "(.+)")'
@@ -264,13 +272,26 @@ class PrometheusSource:
         self._warned_future = False
 
     def read(self) -> SourceRead:
-        """Raw series as of now."""
+        """Raw series as of now (a batch's now: the query time of this cycle's batch)."""
+        if self.batch is not None:
+            batch, name = self.batch
+            part = batch.part(name)
+            return self._pods(part.values, part.stamps, part.time_s)
         return self.read_at(self._clock.time())
 
     def read_at(self, time_s: float) -> SourceRead:
         """Raw series as of unix time `time_s`; each pod's sample time is its scrape time."""
+        if self.batch is not None:
+            batch, name = self.batch
+            part = batch.part(name, time_s)
+            return self._pods(part.values, part.stamps, part.time_s)
         values = self._client.query(self.series_query, time_s=time_s)
         stamps = self._client.query(self.timestamp_query, time_s=time_s)
+        return self._pods(values, stamps, time_s)
+
+    def _pods(
+        self, values: Sequence[VectorSample], stamps: Sequence[VectorSample], time_s: float
+    ) -> SourceRead:
         by_pod: dict[str, list[RawSeries]] = {}
         for sample in values:
             pod = sample.labels.get(self._pod_label, "")

@@ -23,6 +23,7 @@ from exporter.config.checks import (
 from exporter.config.replicas import replica_bounds
 from exporter.config.served_model import CV_KEYS, accelerator_preset, initial_params, model_options
 from exporter.config.slo import parse_slo
+from exporter.config.topology import parse_replica, parse_shard
 from exporter.config.values import (
     DEFAULT_CYCLE_PERIOD_S,
     DEFAULT_LISTEN_HOST,
@@ -78,6 +79,8 @@ def parse_config(data: Any, reader: KeyReader | None = None) -> Config:
             "prometheus",
             "max_response_mib",
             "deployments",
+            "shard",
+            "replica",
         },
     )
     r.note("", "deployments", "a non-empty list of deployments", required=True)
@@ -113,6 +116,8 @@ def parse_config(data: Any, reader: KeyReader | None = None) -> Config:
     )
     prometheus = _prometheus(r, top.get("prometheus"))
     deployments = _deployments(r, top.get("deployments"), prometheus)
+    shard = parse_shard(r, top.get("shard"))
+    replica = parse_replica(r, top)
     if r.problems:
         raise r.error()
     return Config(
@@ -124,6 +129,8 @@ def parse_config(data: Any, reader: KeyReader | None = None) -> Config:
         prometheus=prometheus,
         max_response_bytes=max_response_mib * MIB,
         deployments=tuple(deployments),
+        shard=shard,
+        replica=replica,
     )
 
 
@@ -376,5 +383,3 @@ def _tuner(r: KeyReader, node: Any, path: str, server: ServerConfig) -> TunerCon
             f"<= {MAX_MODEL_CELLS} (the size of a fit's model table), got {cells}"
         )
     return TunerConfig(min_observations=low, window=window)
-
-

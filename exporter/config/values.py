@@ -170,9 +170,18 @@ class DeploymentConfig:
     def serving_min_replicas(self) -> int:
         """The fewest replicas sized for while serving: 0 is decided only by scale_from_zero."""
         return max(self.min_replicas, 1)
+
     # The workload CVs the config gives (`model.arrival_cv`, ...): the model uses these, not the
     # measured ones (exporter/sizing/traffic.py).
     pinned_inputs: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ShardConfig:
+    """This sizer's share of the models: `index` in [0, count); None = the replica's ordinal."""
+
+    count: int
+    index: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,3 +196,5 @@ class Config:
     prometheus: PrometheusConfig | None = None
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     deployments: tuple[DeploymentConfig, ...] = ()
+    shard: ShardConfig | None = None  # None: one sizer for every deployment
+    replica: str | None = None  # the `sizer_replica` label; None: $VLLM_SIZER_REPLICA, or none

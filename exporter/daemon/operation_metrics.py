@@ -104,6 +104,28 @@ class OperationMetrics:
         self.cycles.labels(outcome).inc()
 
 
+# From a ms (a loopback Prometheus) to the 10 s default query timeout and beyond.
+QUERY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class QueryMetrics:
+    """The load the sizer puts on Prometheus: its queries and their wall time. In central mode a
+    cycle reads up to 100 deployments with one series query and one scrape-time query, plus one
+    demand query per deployment with scale_from_zero."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.seconds = Histogram(
+            PREFIX + "prometheus_query_seconds",
+            "Wall time of each query to Prometheus (answered or failed); its _count is the number "
+            "of queries.",
+            buckets=QUERY_BUCKETS_S,
+            registry=registry,
+        )
+
+    def observe(self, seconds: float) -> None:
+        self.seconds.observe(seconds)
+
+
 def cycle_outcome(
     observed_any: bool, observations: Sequence[DeploymentObservation | None]
 ) -> CycleOutcome:

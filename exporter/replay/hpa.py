@@ -88,7 +88,7 @@ class Behavior:
 
     @classmethod
     def shipped(cls, max_replicas: int) -> Behavior:
-        """config/k8s/keda-scaledobject.yaml's: the sizer's count applied as it is."""
+        """config/k8s/base/keda-scaledobject.yaml's: the sizer's count applied as it is."""
         return cls(
             scale_up=Rules(
                 tolerance=0.0,

@@ -72,11 +72,15 @@ HEALTH_METRICS = DEPLOYMENT_COUNTERS | frozenset(
         "vllm_sizer_cycle_seconds_bucket",
         "vllm_sizer_cycle_seconds_sum",
         "vllm_sizer_cycle_seconds_count",
+        "vllm_sizer_prometheus_query_seconds_bucket",
+        "vllm_sizer_prometheus_query_seconds_sum",
+        "vllm_sizer_prometheus_query_seconds_count",
         "vllm_sizer_last_successful_cycle_timestamp_seconds",
         "vllm_sizer_cycles_total",
         "vllm_sizer_cycles_skipped_total",
         "vllm_sizer_state_save_errors_total",
         "vllm_sizer_build_info",
+        "vllm_sizer_started_timestamp_seconds",
     }
 )
 # Every series that a panel must filter by deployment="$deployment".

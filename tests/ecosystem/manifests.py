@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import copy
 import functools
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import kubernetes_validate.utils
+import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, shared_path
@@ -43,13 +46,22 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 Manifest = dict[str, Any]
 
 
+# The kustomize packages: `kubectl kustomize config/k8s/<overlay>` renders each.
+OVERLAYS = ("sidecar", "central", "central-ha", "scale-to-zero")
+KUSTOMIZATION = "kustomization.yaml"
+
+
 def _is_patch(path: Path) -> bool:
     return path.name.endswith("-patch.yaml")
 
 
 def manifest_files() -> list[Path]:
-    """Every YAML manifest under config/k8s/ (patch files excluded), sorted."""
-    return sorted(path for path in K8S_DIR.rglob("*.yaml") if not _is_patch(path))
+    """Every YAML manifest under config/k8s/ (patch files and kustomizations excluded), sorted."""
+    return sorted(
+        path
+        for path in K8S_DIR.rglob("*.yaml")
+        if not _is_patch(path) and path.name != KUSTOMIZATION
+    )
 
 
 def patch_files() -> list[Path]:
@@ -98,6 +110,22 @@ def kubernetes_errors(doc: Manifest, version: str) -> list[str]:
     if validated != version:  # it falls back to an older schema for a version it lacks
         return [f"k8s {version}: validated against the {validated} schema instead"]
     return []
+
+
+def render(overlay: str) -> list[Manifest]:
+    """The documents `kubectl kustomize config/k8s/<overlay>` renders; a missing kubectl fails."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("`kubectl` is not installed: the kustomize packages cannot be rendered")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(K8S_DIR / overlay)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.load_all(done.stdout, Loader=_Loader) if doc]
 
 
 def load_documents(path: Path) -> list[Manifest]:

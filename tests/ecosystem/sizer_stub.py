@@ -26,7 +26,12 @@ from exporter.base.errors import FailureReason
 from exporter.collector.pod_observation import Problem
 from exporter.config.values import DemandKind, SourceKind
 from exporter.daemon.exposition import ENUM_GAUGES, Parameter, ParameterSource, Signal
-from exporter.daemon.operation_metrics import CYCLE_BUCKETS_S, CycleOutcome, SkippedEvent
+from exporter.daemon.operation_metrics import (
+    CYCLE_BUCKETS_S,
+    QUERY_BUCKETS_S,
+    CycleOutcome,
+    SkippedEvent,
+)
 from exporter.sizing.traffic import LengthCvKind
 
 PREFIX = "vllm_sizer_"
@@ -210,9 +215,20 @@ class StubCollector:
             sum_value=n * v.cycle_duration_s,
         )
         yield histogram
+        # Two queries per cycle (central mode's batched read), 5 ms each.
+        query_buckets = [(str(le), 2 * n if le >= 0.005 else 0) for le in QUERY_BUCKETS_S]
+        yield HistogramMetricFamily(
+            PREFIX + "prometheus_query_seconds",
+            "each query",
+            buckets=[*query_buckets, ("+Inf", 2 * n)],
+            sum_value=2 * n * 0.005,
+        )
         last = GaugeMetricFamily(PREFIX + "last_successful_cycle_timestamp_seconds", "last ok")
         last.add_metric([], time.time() - v.last_success_age_s)
         yield last
+        started = GaugeMetricFamily(PREFIX + "started_timestamp_seconds", "started")
+        started.add_metric([], time.time() - (time.monotonic() - self.started))
+        yield started
         build = GaugeMetricFamily(PREFIX + "build_info", "build", labels=["version"])
         build.add_metric(["0.1.0"], 1)
         yield build

@@ -1,6 +1,6 @@
 """The shipped alerting rules: parsed and unit-tested by promtool, identical in both shipped forms.
 
-config/prometheus/vllm-sizer-alerts.yaml (plain rules file) and config/k8s/prometheusrule.yaml
+config/prometheus/vllm-sizer-alerts.yaml (plain rules file) and config/k8s/base/prometheusrule.yaml
 (PrometheusRule) carry the same groups. `promtool test rules` runs the cases in
 tests/ecosystem/rules/, each alert must have a firing case and a quiet one there, and deliberately
 weakened copies of the rules must fail those cases (so the near misses really test something).
@@ -66,7 +66,7 @@ def plain_groups() -> list[dict[str, Any]]:
 
 
 def prometheusrule() -> dict[str, Any]:
-    return find("PrometheusRule", "vllm-sizer", file="prometheusrule.yaml")
+    return find("PrometheusRule", "vllm-sizer", file="base/prometheusrule.yaml")
 
 
 def alerts() -> dict[str, Rule]:

@@ -207,6 +207,8 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     from exporter.base.clock import ManualClock
     from exporter.config.loader import parse_config
     from exporter.daemon.exposition import BuildInfoCollector
+    from exporter.daemon.operation_metrics import QueryMetrics
+    from exporter.daemon.replica_label import register_start
 
     dep = {
         "name": "llama",
@@ -219,6 +221,8 @@ def test_every_dashboard_metric_is_registered_by_the_daemon() -> None:
     registry = CollectorRegistry()
     daemon.Daemon(config, sources_from_config.build_sources(config, clock), registry, clock)
     registry.register(BuildInfoCollector("0.0.0"))
+    QueryMetrics(registry)  # registered by `run` beside the daemon's own
+    register_start(registry, 0.0)
     suffixes = {
         "counter": ("_total",),
         "info": ("_info",),

@@ -38,10 +38,12 @@ EXPECTED_KINDS = {
     "central/configmap.yaml": ["ConfigMap"],
     "central/servicemonitor.yaml": ["ServiceMonitor"],
     "central/vllm-podmonitor.yaml": ["PodMonitor"],
-    "keda-scaledobject.yaml": ["ScaledObject", "TriggerAuthentication"],
-    "keda-scaledobject-scale-to-zero.yaml": ["ScaledObject"],
+    "central-ha/statefulset.yaml": ["StatefulSet"],
+    "central-ha/pdb.yaml": ["PodDisruptionBudget"],
+    "base/keda-scaledobject.yaml": ["ScaledObject", "TriggerAuthentication"],
+    "scale-to-zero/keda-scaledobject-scale-to-zero.yaml": ["ScaledObject"],
     "hpa.yaml": ["HorizontalPodAutoscaler", "ConfigMap"],
-    "prometheusrule.yaml": ["PrometheusRule"],
+    "base/prometheusrule.yaml": ["PrometheusRule"],
 }
 
 
@@ -87,6 +89,14 @@ def _break_deployment_port_key(doc: Manifest) -> None:
 
 def _break_deployment_replicas_type(doc: Manifest) -> None:
     doc["spec"]["replicas"] = "two"
+
+
+def _break_statefulset_selector_missing(doc: Manifest) -> None:
+    del doc["spec"]["selector"]
+
+
+def _break_pdb_min_available_type(doc: Manifest) -> None:
+    doc["spec"]["minAvailable"] = ["1"]
 
 
 def _break_configmap_unquoted_number(doc: Manifest) -> None:
@@ -156,6 +166,12 @@ BREAKERS: dict[str, list[tuple[Breaker, str]]] = {
         (_break_deployment_port_key, "'port' was unexpected"),
         (_break_deployment_replicas_type, "spec/replicas: 'two' is not of type 'integer'"),
     ],
+    "StatefulSet": [
+        (_break_deployment_port_key, "'port' was unexpected"),
+        (_break_deployment_replicas_type, "spec/replicas: 'two' is not of type 'integer'"),
+        (_break_statefulset_selector_missing, "'selector' is a required property"),
+    ],
+    "PodDisruptionBudget": [(_break_pdb_min_available_type, "spec/minAvailable: ['1']")],
     "ConfigMap": [(_break_configmap_unquoted_number, "30 is not of type 'string'")],
     "Service": [(_break_service_port_missing, "'port' is a required property")],
     "HorizontalPodAutoscaler": [(_break_hpa_target_missing, "'target' is a required property")],
@@ -233,10 +249,18 @@ def _minor(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def test_the_only_patch_file_is_the_hpa_tolerance_patch() -> None:
-    # Patch files are left out of the manifest checks above; each must be covered here instead.
-    assert patch_files() == [HPA_TOLERANCE_PATCH]
-    assert HPA_TOLERANCE_PATCH.read_text().startswith("# ")
+def test_patch_files_are_the_hpa_tolerance_patch_and_the_ha_overlays() -> None:
+    # Patch files are left out of the manifest checks above; each must be covered elsewhere: the
+    # HPA's here, the central-ha overlay's by its render (test_kustomize.py).
+    ha = K8S_DIR / "central-ha"
+    assert patch_files() == sorted(
+        [
+            HPA_TOLERANCE_PATCH,
+            ha / "deployment-delete-patch.yaml",
+            ha / "scaledobject-ha-patch.yaml",
+        ]
+    )
+    assert all(path.read_text().startswith("# ") for path in patch_files())
 
 
 def test_kubernetes_validate_bundles_versions_on_both_sides_of_the_tolerance_field() -> None:

@@ -374,7 +374,7 @@ def test_sizer_configmap_is_accepted_by_the_daemon_config_loader(mode) -> None:
 # --- scale to zero (central mode) --------------------------------------------------------------
 
 ZERO = "qwen-7b-vllm"
-ZERO_FILE = "keda-scaledobject-scale-to-zero.yaml"
+ZERO_FILE = "scale-to-zero/keda-scaledobject-scale-to-zero.yaml"
 
 
 def zero_object() -> Manifest:

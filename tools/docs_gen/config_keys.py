@@ -14,6 +14,7 @@ from exporter.config.loader import parse_config
 # A configuration that takes the reader through every section: one deployment per source kind,
 # the last one scaling to zero, and every optional section present once.
 WALK: dict[str, Any] = {
+    "shard": {"count": 1},
     "prometheus": {"url": "http://127.0.0.1:9090", "bearer_token_file": "t", "ca_file": "c"},
     "deployments": [
         {

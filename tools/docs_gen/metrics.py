@@ -22,7 +22,8 @@ from exporter.config.values import (
 )
 from exporter.daemon.daemon import Daemon
 from exporter.daemon.exposition import BuildInfoCollector, Parameter, ParameterSource, Signal
-from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
+from exporter.daemon.operation_metrics import CycleOutcome, QueryMetrics, SkippedEvent
+from exporter.daemon.replica_label import register_start
 from exporter.sizing.attainment import Bound
 from exporter.sizing.headroom import HeadroomReason
 from exporter.sizing.reasons import Reason
@@ -77,6 +78,8 @@ def families() -> list[Metric]:
     )
     Daemon(Config(deployments=(dep,)), {"d": object()}, registry, ManualClock())  # type: ignore[dict-item]
     registry.register(BuildInfoCollector("0"))
+    QueryMetrics(registry)  # registered by `run` beside the daemon's own
+    register_start(registry, 0.0)
     return list(registry.collect())
 
 

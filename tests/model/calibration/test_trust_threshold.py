@@ -16,6 +16,10 @@ def test_trusted_starts_at_the_threshold() -> None:
 
 def test_shipped_queries_leave_the_threshold_to_the_sizer() -> None:
     # The hand-over is the sizer's count (exporter.sizing.handover): no query repeats the rule.
-    for name in ("keda-scaledobject.yaml", "hpa.yaml"):
+    for name in (
+        "base/keda-scaledobject.yaml",
+        "hpa.yaml",
+        "central-ha/scaledobject-ha-patch.yaml",
+    ):
         text = (REPO_ROOT / "config" / "k8s" / name).read_text()
         assert not re.search(r"calibration_confidence\{[^}]*\} *[<>]", text), name
