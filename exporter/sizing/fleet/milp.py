@@ -19,6 +19,7 @@ first, each later stage holding the earlier optimum, then the cost.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_array
 
+from exporter.sizing.fleet.candidates import choice
 from exporter.sizing.fleet.evaluate import allocation, no_worse, priorities, within_limits
 from exporter.sizing.fleet.greedy import greedy
 from exporter.sizing.fleet.single import best_alone, only
@@ -38,6 +40,10 @@ from exporter.sizing.fleet.values import Allocation, FleetInput, Routing
 HOLD_SLACK = 1e-6
 # HiGHS's feasibility-jump heuristic (see _run).
 FEASIBILITY_JUMP = False
+# Models a stage holds all served choose among whole candidate plans (see _run). Exact, but
+# measured no faster and no tighter on the fleets of bench/fleet_speed.py (see
+# bench/fleet_formulations.py), so off.
+CANDIDATES = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,14 @@ class _Program:
     rows: LinearConstraint
     unserved: dict[int, NDArray[np.float64]]  # priority -> objective over u (req/s unserved)
     n_variants: int
-    time_limit_s: float  # per stage
+    deadline_s: float  # time.perf_counter() when the plan's solver time is out
+    floor_s: float  # a stage's time at least (HiGHS needs some)
+
+    def stage_limit_s(self, stages_left: int) -> float:
+        """An even share of the time left among the stages still to run: a stage skipped or
+        finished early leaves its time to the later ones."""
+        left = self.deadline_s - time.perf_counter()
+        return max(left / max(stages_left, 1), self.floor_s)
     trivial: NDArray[np.float64]  # every variant at its minimum, all demand unserved
     in_use: dict[int, int]  # variant of an `even` model -> its y column
 
@@ -118,20 +131,23 @@ def solve_joint(inp: FleetInput, *, servable: bool = True) -> Allocation:
     `servable` False skips the stage that serves all demand (known to have no plan). A
     greedy plan that serves a priority level entirely, while meeting what the levels above
     were held to, shows that level's optimum is none unserved: its stage is skipped. When a
-    stage runs out of time, the better of the solver's plan and the greedy one stands."""
+    stage runs out of time, the best of the solver's plan, the greedy one and the rounded
+    relaxation stands."""
     program = _build(inp)
     quick = replace(greedy(inp), optimal=False)
     proven = True
     if servable:
         upper_served = program.upper.copy()
         upper_served[program.n_variants : program.n_variants + len(inp.models)] = 0.0
-        first, proven = _run(program, program.cost, [program.rows], upper_served)
+        limit_s = program.stage_limit_s(len(program.unserved) + 2)
+        first, proven = _run(program, program.cost, [program.rows], upper_served, inp, limit_s)
         if first is not None:
             return _read(inp, first, proven)
     rows, upper = [program.rows], program.upper.copy()
     x, optimal = program.trivial, proven  # not proven infeasible: not proven optimal
     quick_holds = True  # the greedy plan meets every hold so far
-    for level in priorities(inp):
+    levels = priorities(inp)
+    for done, level in enumerate(levels):
         goal = program.unserved[level]
         quick_level = sum(quick.unserved_rps[m.name] for m in inp.models if m.priority == level)
         if quick_holds and quick_level <= 0.0:
@@ -142,7 +158,8 @@ def solve_joint(inp: FleetInput, *, servable: bool = True) -> Allocation:
             below = np.array([inp.model(v.model).priority < level for v in inp.variants])
             stage_upper = upper.copy()
             stage_upper[: program.n_variants][below] = program.lower[: program.n_variants][below]
-            x, proven = _staged(program, goal, rows, stage_upper, x)
+            limit_s = program.stage_limit_s(len(levels) - done + 1)  # and the cost stage
+            x, proven = _staged(program, goal, rows, stage_upper, x, inp, limit_s)
             optimal = optimal and proven
             best = float(goal @ x)
             quick_holds = quick_holds and quick_level <= best * (1 + HOLD_SLACK)
@@ -153,11 +170,36 @@ def solve_joint(inp: FleetInput, *, servable: bool = True) -> Allocation:
         else:
             hold = LinearConstraint(goal[np.newaxis, :], -np.inf, best * (1 + HOLD_SLACK))
             rows = [*rows, hold]
-    x, proven = _staged(program, program.cost, rows, upper, x)
+    if not optimal:  # within the budget, before the cost stage takes what is left
+        rounded = _rounded(inp, program)
+        if rounded is not None and no_worse(inp, rounded, quick):
+            quick = rounded
+    x, proven = _staged(program, program.cost, rows, upper, x, inp, program.stage_limit_s(1))
     joint = _read(inp, x, optimal and proven)
     if joint.optimal or no_worse(inp, joint, quick):
         return joint
     return quick
+
+
+def _rounded(inp: FleetInput, program: _Program) -> Allocation | None:
+    """A quick plan for a program out of time: its relaxation (replicas in fractions, the
+    same stages), every count rounded down, then filled greedily, level by level.
+    On 200 models the relaxation puts the GPUs where an integer plan wants them far better
+    than the greedy order does; never proven, so only compared (None: no relaxation)."""
+    relaxed = replace(program, integrality=np.zeros_like(program.integrality))
+    rows, upper = [program.rows], program.upper.copy()
+    x: NDArray[np.float64] | None = None
+    for level in priorities(inp):
+        goal = program.unserved[level]
+        x, _ = _run(relaxed, goal, rows, upper, inp, program.floor_s * 10)
+        if x is None:
+            return None
+        hold = LinearConstraint(goal[np.newaxis, :], -np.inf, float(goal @ x) * (1 + HOLD_SLACK))
+        rows = [*rows, hold]
+    if x is None:
+        return None
+    relaxed_counts = {v.name: float(x[i]) for i, v in enumerate(inp.variants)}
+    return replace(greedy(inp, relaxed_counts), optimal=False)
 
 
 def _staged(
@@ -166,13 +208,15 @@ def _staged(
     rows: list[LinearConstraint],
     upper: NDArray[np.float64],
     fallback: NDArray[np.float64],
+    inp: FleetInput,
+    limit_s: float,
 ) -> tuple[NDArray[np.float64], bool]:
     """A later stage's solution and whether it is proven optimal. The stage has one (the
     previous stage's, which meets every row so far), so a failure is presolve's and is
     retried without it; with no solution in the time limit, the previous one stands."""
-    x, proven = _run(program, objective, rows, upper)
+    x, proven = _run(program, objective, rows, upper, inp, limit_s)
     if x is None and proven:
-        x, proven = _run(program, objective, rows, upper, presolve=False)
+        x, proven = _run(program, objective, rows, upper, inp, limit_s, presolve=False)
     return (fallback, False) if x is None else (x, proven)
 
 
@@ -181,25 +225,39 @@ def _run(
     objective: NDArray[np.float64],
     rows: list[LinearConstraint],
     upper: NDArray[np.float64],
+    inp: FleetInput,
+    limit_s: float,
     *,
     presolve: bool = True,
 ) -> tuple[NDArray[np.float64] | None, bool]:
     """The solution (None: none found) and whether the solver finished (proved it optimal,
-    or proved there is none)."""
+    or proved there is none). The models `upper` holds all served choose among their
+    candidate plans (exporter.sizing.fleet.candidates) when CANDIDATES is on."""
+    integrality, lower = program.integrality, program.lower
+    n_v, width = program.n_variants, len(objective)
+    settled = {m.name for j, m in enumerate(inp.models) if upper[n_v + j] <= 0.0}
+    extra = choice(inp, settled, width) if CANDIDATES and settled else None
+    if extra is not None:
+        k = extra.n_columns
+        objective = np.concatenate((objective, np.zeros(k)))
+        integrality = np.concatenate((integrality, np.ones(k, dtype=np.int_)))
+        lower = np.concatenate((lower, np.zeros(k)))
+        upper = np.concatenate((upper, np.ones(k)))
+        rows = [*(extra.widen(r) for r in rows), extra.rows]
     with warnings.catch_warnings():
         # scipy checks options against its own list, which lacks the HiGHS one set below,
         # and passes it on to HiGHS as given, with a warning.
         warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
         result = milp(
             objective,
-            integrality=program.integrality,
-            bounds=Bounds(program.lower, upper),
+            integrality=integrality,
+            bounds=Bounds(lower, upper),
             constraints=rows,
             options={  # type: ignore[arg-type]  # the HiGHS option scipy's stubs do not list
                 # Optimal, not within HiGHS's default 0.01 % gap.
                 "mip_rel_gap": 0.0,
                 "presolve": presolve,
-                "time_limit": program.time_limit_s,
+                "time_limit": limit_s,
                 # A primal heuristic run before the root: on these programs it costs about half
                 # of each solve (4.5 of 8 ms CPU on a 3-model stage) and the root finds the plan
                 # anyway. Heuristics never change what is proven, only how fast.
@@ -207,7 +265,7 @@ def _run(
             },
         )
     finished = result.status in (0, 2)  # optimal, infeasible (1: time limit)
-    x = None if result.x is None else np.asarray(result.x, dtype=np.float64)
+    x = None if result.x is None else np.asarray(result.x[:width], dtype=np.float64)
     return x, finished
 
 
@@ -300,7 +358,8 @@ def _build(inp: FleetInput) -> _Program:
         rows=LinearConstraint(matrix, np.array(row_lo), np.array(row_hi)),
         unserved=unserved,
         n_variants=n_v,
-        time_limit_s=inp.solve_time_limit_s / (len(unserved) + 2),
+        deadline_s=time.perf_counter() + inp.solve_time_limit_s,
+        floor_s=inp.solve_time_limit_s / 100,
         trivial=trivial,
         in_use=y_index,
     )
