@@ -1,4 +1,6 @@
-"""The true serving parameters of each model-accelerator variant a mixed-fleet test bed
+"""True parameters per model-accelerator variant.
+
+The true serving parameters of each model-accelerator variant a mixed-fleet test bed
 simulates: published peak figures scaled from the paper's H100 fit, then bent away from that
 scaling rule the way real hardware departs from it, so that our transfer prior is not exact by
 construction (docs/validation/variant-truths.md).
