@@ -7,7 +7,8 @@
   whose tuner has not fitted is untrusted and counted at the scaling rule's prior.
 - `oracle`: the same optimizer, the same demand, the true parameters.
 - `best_single`: ours restricted to one variant per model, the one cheapest over the trace.
-- `greedy_kv`: cheapest KV-token capacity first (exporter/replay/fleet_baselines.py).
+- `greedy_kv`: cheapest KV-token capacity first (exporter/replay/fleet_baselines.py), behind
+  the HPA's default scale-down stabilization (300 s), as the autoscaler that applied it ran.
 
 Every policy plans for the same demand: the highest rate of the last two windows, plus the
 setup's margin. Capacities are `max_rate_for_slo` on the mean targets with the batch the KV
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter.replay.fleet_baselines import Offer, greedy_kv
+from exporter.config.values import DEFAULT_STABILIZATION_S
 from exporter.replay.fleet_setup import FleetSetup, FleetVariant
 from exporter.sizing.fleet.plan import FleetPlanner
 from exporter.sizing.fleet.values import FleetInput, FleetModel, Variant
@@ -202,9 +204,12 @@ class GreedyKvPolicy:
     """Cheapest KV-token capacity first; a model needs the KV tokens its requests in flight
     hold (mean prompt plus half the mean output each)."""
 
-    def __init__(self, setup: FleetSetup, name: str = "greedy_kv") -> None:
+    def __init__(self, setup: FleetSetup, name: str = "greedy_kv",
+                 stabilization_s: float = DEFAULT_STABILIZATION_S) -> None:
         self.name = name
         self.setup = setup
+        self.stabilization_s = stabilization_s
+        self._history: list[tuple[float, dict[str, int]]] = []
         self.offers = [
             Offer(name=v.name, model=v.model, accelerator=v.accelerator, gpus=v.gpus,
                   cost_per_replica_hour=setup.cost_per_replica_hour(v),
@@ -216,11 +221,27 @@ class GreedyKvPolicy:
     def decide(self, now_s: float, windows: Mapping[str, ModelWindow]) -> FleetDecision:
         demand = {}
         for name, w in windows.items():
-            held = w.workload.avg_input_tokens + w.workload.avg_output_tokens / 2.0
+            per_request = w.workload.avg_input_tokens + w.workload.avg_output_tokens / 2.0
             # At least one replica while there is traffic: an idle window holds no KV.
             floor = 1.0 if w.demand_rps > 0 else 0.0
-            demand[name] = max(w.in_flight * held, floor)
+            demand[name] = max(w.in_flight * per_request, floor)
         counts = greedy_kv(demand, self.offers, self.setup.inventory,
                            {m.name: m.priority for m in self.setup.models})
-        return FleetDecision(counts=counts, weights={k: float(n) for k, n in counts.items()},
+        held = self._stabilized(now_s, counts)
+        return FleetDecision(counts=held, weights={k: float(n) for k, n in held.items()},
                              reason="kv_tokens")
+
+    def _stabilized(self, now_s: float, counts: dict[str, int]) -> dict[str, int]:
+        """The HPA's scale-down stabilization per variant (the highest count proposed within
+        the window), dropped back to the proposal where it would exceed the inventory."""
+        self._history = [(t, c) for t, c in self._history if t > now_s - self.stabilization_s]
+        self._history.append((now_s, counts))
+        held = {k: max(c[k] for _, c in self._history) for k in counts}
+        used: dict[str, int] = {}
+        for o in self.offers:
+            used[o.accelerator] = used.get(o.accelerator, 0) + held[o.name] * o.gpus
+        for o in self.offers:
+            if used[o.accelerator] > self.setup.inventory.get(o.accelerator, 0):
+                used[o.accelerator] -= (held[o.name] - counts[o.name]) * o.gpus
+                held[o.name] = counts[o.name]
+        return held

@@ -139,3 +139,24 @@ def test_replay_cli_runs_a_fleet_config(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_text(FLEET.replace("window_s: 30", "window_s: -1"))
     assert main(["replay", "--config", str(bad), "--trace", str(trace_file)]) == 2
     assert "fleet.window_s" in capsys.readouterr().err
+
+
+def test_greedy_kv_holds_its_counts_for_the_stabilization_window(tmp_path: Path) -> None:
+    from exporter.replay.fleet_policies import GreedyKvPolicy, VariantWindow
+    from model.queueing.params import Workload
+
+    setup = setup_of(tmp_path)
+    policy = GreedyKvPolicy(setup, stabilization_s=90.0)
+    idle = {"chat-h100": VariantWindow(asked=1, ready=1, observation=None),
+            "chat-l40s": VariantWindow(asked=0, ready=0, observation=None)}
+
+    def window(in_flight: int) -> dict[str, ModelWindow]:
+        return {"chat": ModelWindow(demand_rps=1.0, workload=Workload(1000, 200),
+                                    in_flight=in_flight, variants=idle)}
+
+    # 1100 tokens per request in flight; an L40S holds 0.8 x 207,061: 150 per replica.
+    busy = policy.decide(30.0, window(600)).counts
+    assert busy == {"chat-h100": 0, "chat-l40s": 4}
+    assert policy.decide(60.0, window(10)).counts == busy  # within 90 s: held
+    assert policy.decide(110.0, window(10)).counts == busy
+    assert policy.decide(150.0, window(10)).counts == {"chat-h100": 0, "chat-l40s": 1}
