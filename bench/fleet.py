@@ -20,7 +20,8 @@ Per scenario the JSON gives ours' figures over its 4 runs (2 traces x 2 seeds):
 `cost_ratio_vs_oracle` and `cost_ratio_vs_best_single` (mean of the per-run ratios, with the
 worst), `met_share` (ours, judged windows meeting every target, pooled), `inventory_violations`
 (ours, summed), `plan_changes_stationary` (ours, after warm-up, the most in one run); then
-every run's per-policy summary.
+every run's per-policy summary; and ours once under `even` (planned for it, a round-robin
+gateway) on the conversation trace's first seed, its cost over the weighted oracle's.
 
     python bench/fleet.py  ->  bench/results/fleet.json
 """
@@ -32,6 +33,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.lib.envelope import start_run, with_run  # noqa: E402
 from exporter.cli.replay_fleet import split_by_share  # noqa: E402
 from exporter.config.checks import KeyReader  # noqa: E402
+from exporter.replay.fleet_policies import PlannerPolicy, TunerEstimates  # noqa: E402
 from exporter.replay.fleet_run import (  # noqa: E402
     PolicyScore,
     fleet_table,
@@ -52,6 +55,8 @@ from exporter.replay.fleet_setup import FleetSetup, parse_fleet  # noqa: E402
 from exporter.replay.report import json_safe  # noqa: E402
 from exporter.replay.scaling import independent_users  # noqa: E402
 from exporter.replay.trace import TraceReader, Transform  # noqa: E402
+from exporter.sizing.fleet.values import Routing  # noqa: E402
+from model.simulation.mixed import FleetRouting  # noqa: E402
 from model.simulation.workloads import (  # noqa: E402
     ArrivalStream,
     RateProfile,
@@ -169,9 +174,11 @@ def run_scenario(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             print(f"\n{name} / {kind} / seed {seed}: {len(trace)} requests, "
                   f"{time.process_time() - began:.1f} s CPU", flush=True)
             print(fleet_table(setup, scores), end="", flush=True)
-            runs.append({"trace": kind, "seed": seed, "requests": len(trace),
-                         "policies": {s.name: s.summary() for s in scores},
-                         **_ours(by)})
+            entry = {"trace": kind, "seed": seed, "requests": len(trace),
+                     "policies": {s.name: s.summary() for s in scores}, **_ours(by)}
+            if kind == "conversation" and seed == SEEDS[0]:
+                entry["ours_even"] = _even(setup, traces, windows, by["oracle"])
+            runs.append(entry)
     return {
         "cost_ratio_vs_oracle": _mean(runs, "cost_ratio_vs_oracle"),
         "cost_ratio_vs_oracle_worst": max(r["cost_ratio_vs_oracle"] for r in runs),
@@ -184,8 +191,27 @@ def run_scenario(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         "inventory_violations": sum(r["policies"]["ours"]["inventory_violations"] for r in runs),
         "plan_changes_stationary": max(r["policies"]["ours"]["plan_changes_after_warmup"]
                                        for r in runs),
+        "ours_even_cost_ratio_vs_oracle": next(r["ours_even"]["cost_ratio_vs_oracle_weighted"]
+                                               for r in runs if "ours_even" in r),
+        "ours_even_met_share": next(r["ours_even"]["met_share"] for r in runs
+                                    if "ours_even" in r),
         "runs": runs,
     }
+
+
+def _even(setup: FleetSetup, traces: dict[str, RequestTrace], windows: int,
+          oracle: PolicyScore) -> dict[str, Any]:
+    """Ours planning for `even` routing behind an `even` (round-robin) gateway, against the
+    oracle under weighted routing."""
+    models = tuple(replace(m, routing=Routing.EVEN, gateway=FleetRouting.EVEN)
+                   for m in setup.models)
+    even = replace(setup, models=models)
+    score = run_policy(even, PlannerPolicy("ours_even", even, TunerEstimates(even)), traces,
+                       windows)
+    print(f"ours under even routing: cost {score.cost:.2f} (oracle weighted "
+          f"{oracle.cost:.2f}), met {score.met_share:.3f}", flush=True)
+    return score.summary() | {"cost_ratio_vs_oracle_weighted": score.cost / oracle.cost
+                              if oracle.cost else math.inf}
 
 
 def _ours(by: dict[str, PolicyScore]) -> dict[str, float]:

@@ -7,7 +7,8 @@
 - `cheapest_single`: the one variant per model that is cheapest over a whole trace (hindsight):
   each window's demand carried at that variant's capacity per replica, within its max and the
   inventory; a variant that cannot carry some window's demand there ranks after every one that
-  can (then by the demand it leaves uncarried).
+  can (then by the demand it leaves uncarried). Models choose in priority order, each within
+  the GPUs the models before it take at their peak.
 """
 
 from __future__ import annotations
@@ -81,6 +82,15 @@ def single_cost(demand_rps: Sequence[float], offer: Offer, inventory: Mapping[st
         short += max(rate - n * offer.capacity_rps, 0.0) * window_s
         cost += n * offer.cost_per_replica_hour * window_s / 3600.0
     return short, cost
+
+
+def single_peak(demand_rps: Sequence[float], offer: Offer, inventory: Mapping[str, int]) -> int:
+    """The most replicas `offer` runs in any window serving `demand_rps` alone."""
+    fits = min(offer.max_replicas, inventory.get(offer.accelerator, 0) // offer.gpus)
+    if offer.capacity_rps <= 0:
+        return min(offer.min_replicas, fits)
+    want = max((math.ceil(r / offer.capacity_rps - CEIL_SLACK) for r in demand_rps), default=0)
+    return min(max(want, offer.min_replicas), fits)
 
 
 def cheapest_single(demand_rps: Sequence[float], offers: Sequence[Offer],

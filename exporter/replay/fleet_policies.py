@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from exporter.replay.fleet_baselines import Offer, greedy_kv
 from exporter.config.values import DEFAULT_STABILIZATION_S
+from exporter.replay.fleet_baselines import Offer, greedy_kv
 from exporter.replay.fleet_setup import FleetSetup, FleetVariant
 from exporter.sizing.fleet.plan import FleetPlanner
 from exporter.sizing.fleet.values import FleetInput, FleetModel, Variant

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.replay.fleet_baselines import Offer, cheapest_single
+from exporter.replay.fleet_baselines import Offer, cheapest_single, single_peak
 from exporter.replay.fleet_policies import (
     Capacities,
     FleetPolicy,
@@ -263,10 +263,12 @@ def fleet_table(setup: FleetSetup, scores: Sequence[PolicyScore]) -> str:
 
 def best_single_variants(setup: FleetSetup, traces: Mapping[str, RequestTrace],
                          windows: int) -> dict[str, str]:
-    """Per model, the variant cheapest over the whole trace at its true capacity (hindsight)."""
+    """Per model, the variant cheapest over the whole trace at its true capacity (hindsight);
+    models choose by priority, each within the GPUs the earlier ones hold at their peak."""
     capacities = Capacities(setup)
     out = {}
-    for m in setup.models:
+    left = dict(setup.inventory)
+    for m in sorted(setup.models, key=lambda m: (-m.priority, m.name)):
         tr = traces[m.name]
         workload = Workload(float(tr.input_tokens.mean()) if len(tr) else 1.0,
                             max(float(tr.output_tokens.mean()), 1.0) if len(tr) else 1.0)
@@ -281,7 +283,9 @@ def best_single_variants(setup: FleetSetup, traces: Mapping[str, RequestTrace],
             for v in m.variants
         ]  # fmt: skip
         planned = [float(r) * (1.0 + setup.demand_margin) for r in demand]
-        out[m.name] = cheapest_single(planned, offers, setup.inventory, setup.window_s)
+        out[m.name] = cheapest_single(planned, offers, left, setup.window_s)
+        chosen = next(o for o in offers if o.name == out[m.name])
+        left[chosen.accelerator] -= single_peak(planned, chosen, left) * chosen.gpus
     return out
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.replay.fleet_baselines import Offer, cheapest_single, greedy_kv, single_cost
+from exporter.replay.fleet_baselines import (
+    Offer,
+    cheapest_single,
+    greedy_kv,
+    single_cost,
+    single_peak,
+)
 
 
 def offer(name: str, model: str, kind: str, cost: float, kv: float, cap: float = 0.0,
@@ -61,3 +67,9 @@ def test_cheapest_single_is_the_cheapest_that_carries_every_window() -> None:
     assert short == pytest.approx(2.0 * 3600.0) and cost == pytest.approx(14.0)
     with pytest.raises(ValueError, match="offers"):
         cheapest_single(demand, [], {}, 30.0)
+
+
+def test_single_peak_is_the_busiest_windows_count_within_the_inventory() -> None:
+    fast = offer("a", "m", "H100", 4.0, 1.0, cap=10.0)
+    assert single_peak([10.0, 25.0, 5.0], fast, {"H100": 8}) == 3
+    assert single_peak([10.0, 25.0, 5.0], fast, {"H100": 2}) == 2

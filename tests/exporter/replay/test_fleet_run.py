@@ -160,3 +160,25 @@ def test_greedy_kv_holds_its_counts_for_the_stabilization_window(tmp_path: Path)
     assert policy.decide(60.0, window(10)).counts == busy  # within 90 s: held
     assert policy.decide(110.0, window(10)).counts == busy
     assert policy.decide(150.0, window(10)).counts == {"chat-h100": 0, "chat-l40s": 1}
+
+
+def test_best_single_leaves_the_scarce_type_to_the_higher_priority_model(tmp_path: Path) -> None:
+    two = FLEET.replace("""    - name: chat
+      truth_model: llama-3.1-8b""", """    - name: chat
+      truth_model: llama-3.1-8b
+      priority: 1
+      share: 0.5""") + """    - name: other
+      truth_model: llama-3.1-8b
+      share: 0.5
+      slo: {ttft_ms: 1000, itl_ms: 60}
+      variants:
+        - {name: other-h100, accelerator: H100, max: 2}
+        - {name: other-l40s, accelerator: L40S, max: 8}
+"""
+    two = two.replace("H100: {price_per_gpu_hour: 4.0, inventory: 2}",
+                      "H100: {price_per_gpu_hour: 0.5, inventory: 1}")
+    setup = setup_of(tmp_path, two)
+    traces = {"chat": trace(2.0, 300.0), "other": trace(2.0, 300.0, seed=1)}
+    # H100 is now the cheapest; chat (priority 1) takes the one there is, other goes to L40S.
+    assert best_single_variants(setup, traces, 10) == {"chat": "chat-h100",
+                                                       "other": "other-l40s"}
