@@ -20,7 +20,8 @@ Per scenario the JSON gives ours' figures over its 4 runs (2 traces x 2 seeds):
 `cost_ratio_vs_oracle` and `cost_ratio_vs_best_single` (mean of the per-run ratios, with the
 worst), `met_share` (ours, judged windows meeting every target, pooled), `inventory_violations`
 (ours, summed), `plan_changes_stationary` (ours, after warm-up, the most in one run); then
-every run's per-policy summary; and ours once under `even` (planned for it, a round-robin
+the oracle with foresight beside them (reported, not scored); every run's per-policy summary;
+and ours once under `even` (planned for it, a round-robin
 gateway) on the conversation trace's first seed, its cost over the weighted oracle's.
 
     python bench/fleet.py  ->  bench/results/fleet.json
@@ -188,6 +189,8 @@ def run_scenario(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         "met_share_oracle": _pooled(runs, "oracle"),
         "met_share_best_single": _pooled(runs, "best_single"),
         "met_share_greedy_kv": _pooled(runs, "greedy_kv"),
+        "met_share_oracle_foresight": _pooled(runs, "oracle_foresight"),
+        "cost_ratio_vs_oracle_foresight": _mean(runs, "cost_ratio_vs_oracle_foresight"),
         "inventory_violations": sum(r["policies"]["ours"]["inventory_violations"] for r in runs),
         "plan_changes_stationary": max(r["policies"]["ours"]["plan_changes_after_warmup"]
                                        for r in runs),
@@ -216,7 +219,9 @@ def _even(setup: FleetSetup, traces: dict[str, RequestTrace], windows: int,
 
 def _ours(by: dict[str, PolicyScore]) -> dict[str, float]:
     ours = by["ours"].cost
+    ahead = by["oracle_foresight"].cost
     return {"cost_ratio_vs_oracle": ours / by["oracle"].cost if by["oracle"].cost else math.inf,
+            "cost_ratio_vs_oracle_foresight": ours / ahead if ahead else math.inf,
             "cost_ratio_vs_best_single": ours / by["best_single"].cost
             if by["best_single"].cost else math.inf}
 

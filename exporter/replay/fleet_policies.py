@@ -7,6 +7,8 @@
   whose tuner has not fitted is untrusted and counted at the scaling rule's prior.
 - `oracle`: the same optimizer, the same demand, the true parameters.
 - `best_single`: ours restricted to one variant per model, the one cheapest over the trace.
+- `oracle_foresight` (reported, not scored): the oracle planning for the highest rate of the
+  windows up to one startup delay ahead (plus the margin): what knowing the future buys.
 - `greedy_kv`: cheapest KV-token capacity first (exporter/replay/fleet_baselines.py), behind
   the HPA's default scale-down stabilization (300 s), as the autoscaler that applied it ran.
 
@@ -56,6 +58,7 @@ class ModelWindow:
     workload: Workload  # mean lengths so far
     input_cv: float = 0.0  # of the lengths so far
     output_cv: float = 0.0
+    ahead_rps: float | None = None  # foresight only: the demand one startup delay ahead
     in_flight: int  # requests arrived and not finished at the window's end
     variants: Mapping[str, VariantWindow]
 
@@ -151,8 +154,10 @@ class PlannerPolicy:
     """The fleet optimizer on some estimates, over all or some variants."""
 
     def __init__(self, name: str, setup: FleetSetup, estimates: Estimates,
-                 allowed: set[str] | None = None) -> None:
+                 allowed: set[str] | None = None, *, foresight: bool = False) -> None:
+        """`foresight`: plan for `ahead_rps` (the demand one startup delay ahead) instead."""
         self.name = name
+        self.foresight = foresight
         self.setup = setup
         self.estimates = estimates
         self.allowed = allowed
@@ -184,7 +189,7 @@ class PlannerPolicy:
                     prior_capacity_rps=None if trusted else cap,
                 ))  # fmt: skip
         inp = FleetInput(
-            models=tuple(FleetModel(name=m.name, demand_rps=windows[m.name].demand_rps,
+            models=tuple(FleetModel(name=m.name, demand_rps=self._demand(windows[m.name]),
                                     priority=m.priority, routing=m.routing)
                          for m in self.setup.models),
             variants=tuple(variants), inventory=self.setup.inventory,
@@ -198,6 +203,12 @@ class PlannerPolicy:
             unserved_rps=plan.unserved_rps,
             reason=plan.reason.value,
         )
+
+
+    def _demand(self, window: ModelWindow) -> float:
+        if self.foresight and window.ahead_rps is not None:
+            return window.ahead_rps
+        return window.demand_rps
 
 
 class GreedyKvPolicy:

@@ -16,6 +16,7 @@ reported unserved (req) plus the requests the fleet rejected.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -221,7 +222,12 @@ def _measure(sim: MixedSimulator, start: float, end: float, setup: FleetSetup, m
     workload = Workload(float(n_in[seen].mean()) if seen.any() else 1.0,
                         max(float(n_out[seen].mean()), 1.0) if seen.any() else 1.0)
     recent = float(rates[max(k - 1, 0): k + 1].max())
+    # The windows a replica asked for now serves in: from the next one to a startup delay on.
+    reach = math.ceil(max(v.truth.startup_delay_s for v in model_setup.variants) / setup.window_s)
+    coming = rates[k + 1: k + 2 + reach]
+    ahead = (float(coming.max()) if coming.size else recent) * (1.0 + setup.demand_margin)
     window = ModelWindow(demand_rps=recent * (1.0 + setup.demand_margin), workload=workload,
+                         ahead_rps=ahead,
                          input_cv=_cv(n_in[seen]), output_cv=_cv(n_out[seen]),
                          in_flight=in_flight, variants=variants)
     return window, ttft, itl
@@ -291,11 +297,12 @@ def best_single_variants(setup: FleetSetup, traces: Mapping[str, RequestTrace],
 
 def standard_policies(setup: FleetSetup, traces: Mapping[str, RequestTrace], windows: int
                       ) -> list[FleetPolicy]:
-    """ours, best_single, greedy_kv and oracle, in that order."""
+    """ours, best_single, greedy_kv, oracle and oracle_foresight, in that order."""
     single = set(best_single_variants(setup, traces, windows).values())
     return [
         PlannerPolicy("ours", setup, TunerEstimates(setup)),
         PlannerPolicy("best_single", setup, TunerEstimates(setup), allowed=single),
         GreedyKvPolicy(setup),
         PlannerPolicy("oracle", setup, TrueEstimates()),
+        PlannerPolicy("oracle_foresight", setup, TrueEstimates(), foresight=True),
     ]

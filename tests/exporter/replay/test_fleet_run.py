@@ -11,6 +11,7 @@ import pytest
 from exporter.base.errors import ConfigError
 from exporter.replay.fleet_policies import FleetDecision, ModelWindow
 from exporter.replay.fleet_run import (
+    PolicyScore,
     best_single_variants,
     fleet_json,
     fleet_table,
@@ -107,7 +108,7 @@ def test_the_standard_policies_on_a_small_fleet(tmp_path: Path) -> None:
     scores = [run_policy(setup, p, traces, windows)
               for p in standard_policies(setup, traces, windows)]
     by = {s.name: s for s in scores}
-    assert list(by) == ["ours", "best_single", "greedy_kv", "oracle"]
+    assert list(by) == ["ours", "best_single", "greedy_kv", "oracle", "oracle_foresight"]
     assert by["oracle"].met_share >= 0.95
     assert by["best_single"].replica_hours["chat-h100"] <= 1 * (setup.judged_from_s / 3600 + 0.1)
     for s in scores:
@@ -182,3 +183,24 @@ def test_best_single_leaves_the_scarce_type_to_the_higher_priority_model(tmp_pat
     # H100 is now the cheapest; chat (priority 1) takes the one there is, other goes to L40S.
     assert best_single_variants(setup, traces, 10) == {"chat": "chat-h100",
                                                        "other": "other-l40s"}
+
+
+def test_the_oracle_with_foresight_scales_up_before_the_step(tmp_path: Path) -> None:
+    from exporter.replay.fleet_policies import PlannerPolicy, TrueEstimates
+
+    setup = setup_of(tmp_path)
+    low, high = trace(1.0, 300.0), trace(12.0, 300.0, seed=1)
+    step = RequestTrace(np.concatenate([low.arrival_s, high.arrival_s + 300.0]),
+                        np.concatenate([low.input_tokens, high.input_tokens]),
+                        np.concatenate([low.output_tokens, high.output_tokens]))
+    traces = {"chat": step}
+    plain = run_policy(setup, PlannerPolicy("oracle", setup, TrueEstimates()), traces, 20)
+    ahead = run_policy(setup, PlannerPolicy("oracle_foresight", setup, TrueEstimates(),
+                                            foresight=True), traces, 20)
+
+    def replicas(score: PolicyScore, k: int) -> int:
+        return sum(score.series[v.name][k] for v in setup.variants)
+
+    # Window 8 runs what was asked at 240 s: foresight already sees the step at 300 s.
+    assert replicas(ahead, 8) > replicas(plain, 8)
+    assert replicas(ahead, 15) == replicas(plain, 15)  # on the plateau both plan the same
