@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from exporter.cli.emulate_variants import add_variant_options, check_variants, variant_specs
 from exporter.cli.fleet_options import (
     MAX_DURATION_S,
     MAX_RATE_RPS,
@@ -23,6 +24,8 @@ from exporter.cli.fleet_options import (
     parse_traffic_options,
 )
 from exporter.testbed.emulator import DEFAULT_KV_CAPACITY_TOKENS, EmulatedFleet
+from exporter.testbed.mixed_emulator import PORTS_PER_VARIANT, MixedEmulatedFleet
+from model.simulation.mixed import FleetRouting
 from model.simulation.simulator import Router
 from model.simulation.workloads import RateProfile
 
@@ -51,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     stop = emu.add_argument("--stop-after-s", type=number_flag(0.0, MAX_DURATION_S), default=0.0,
                             help="wall seconds to serve, then exit (0: until interrupted)")
     add_renamed_flag(emu, "--duration-s", stop)
+    add_variant_options(emu)
     emu.set_defaults(func=_run_emulate, check=_check_emulate)
 
 
@@ -58,6 +62,15 @@ def _check_emulate(args: argparse.Namespace) -> str | None:
     traffic_problem = check_traffic_options(args)
     if traffic_problem is not None:
         return traffic_problem
+    if args.variant:
+        problem = check_variants(args.variant)
+        if problem is None and args.base_port is not None:
+            top = args.base_port + PORTS_PER_VARIANT * len(args.variant) - 1
+            if top > 65535:
+                problem = (f"argument --base-port: each --variant takes {PORTS_PER_VARIANT} "
+                           f"ports: must be <= {65536 - PORTS_PER_VARIANT * len(args.variant)}, "
+                           f"got {args.base_port}")
+        return problem
     if args.base_port is not None and args.base_port + args.replicas - 1 > 65535:
         return (f"argument --base-port: must be <= {65536 - args.replicas} for "
                 f"{args.replicas} replicas, got {args.base_port}")
@@ -76,15 +89,23 @@ def _run_emulate(args: argparse.Namespace) -> int:
             arrivals = RateProfile.paper(args.paper_profile)
         elif traffic.burst_ratio != 1.0 and args.rate_rps > 0:
             arrivals = traffic.profile(args.rate_rps, MODULATED_S, rng)
-        fleet = EmulatedFleet(
-            params, server, rng=rng, arrivals=arrivals,
-            input_lengths=n_in, output_lengths=n_out, interarrival_cv=args.interarrival_cv,
-            pairs=traffic.pairs, prefix_hit_share=traffic.prefix_hit_share,
-            model_name=args.model_name, replicas=args.replicas, time_scale=args.time_scale,
-            router=Router(args.router),
-            kv_capacity_tokens=args.kv_capacity_tokens or DEFAULT_KV_CAPACITY_TOKENS,
-            base_port=args.base_port,
+        common = dict(
+            rng=rng, arrivals=arrivals, input_lengths=n_in, output_lengths=n_out,
+            interarrival_cv=args.interarrival_cv, pairs=traffic.pairs,
+            prefix_hit_share=traffic.prefix_hit_share, model_name=args.model_name,
+            time_scale=args.time_scale, base_port=args.base_port,
         )
+        fleet: EmulatedFleet
+        if args.variant:
+            specs, replicas, weights = variant_specs(args.variant, args.truth_model, server)
+            fleet = MixedEmulatedFleet(specs, replicas=replicas, weights=weights,
+                                       routing=FleetRouting(args.routing), **common)
+        else:
+            fleet = EmulatedFleet(
+                params, server, replicas=args.replicas, router=Router(args.router),
+                kv_capacity_tokens=args.kv_capacity_tokens or DEFAULT_KV_CAPACITY_TOKENS,
+                **common,
+            )
     except ValueError as exc:
         print(f"vllm-sizer emulate: {exc}", file=sys.stderr)
         return 2
@@ -98,8 +119,13 @@ def _run_emulate(args: argparse.Namespace) -> int:
         print(f"vllm-sizer emulate: {where}cannot listen ({exc.strerror or exc})", file=sys.stderr)
         return 2
     try:
-        for url in fleet.urls:
-            print(url, flush=True)
+        if isinstance(fleet, MixedEmulatedFleet):
+            for variant, urls in fleet.urls_by_variant().items():
+                for url in urls:
+                    print(f"{url} {variant}", flush=True)
+        else:
+            for url in fleet.urls:
+                print(url, flush=True)
         try:
             while fleet.error is None:
                 left_s = args.stop_after_s - (time.monotonic() - began)

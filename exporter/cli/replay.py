@@ -33,10 +33,12 @@ from exporter.cli.fleet_options import (
     number_flag,
     output_file,
 )
+from exporter.cli.replay_fleet import run_fleet_replay
 from exporter.config.checks import UnusableConfigError
 from exporter.daemon.statefile import StateFile
 from exporter.replay.arrivals import DrawnArrivals, ProfileArrivals, load_rate_profile
 from exporter.replay.engine import ArrivalSource, Step
+from exporter.replay.fleet_setup import is_fleet_config
 from exporter.replay.hindsight import fixed_best, scored
 from exporter.replay.policies import PolicyName
 from exporter.replay.report import json_safe, plot, table
@@ -67,7 +69,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="time,rate rows (req/s), arrivals drawn on it with the length laws")
     p.add_argument("--config", type=input_file, required=True,
                    help="the sizer's config (the deployment as it would run), with an optional "
-                        "`replay:` section (docs/getting-started/replay.md)")
+                        "`replay:` section (docs/getting-started/replay.md); or a mixed "
+                        "fleet's, with a `fleet:` section (docs/validation/fleet.md)")
     p.add_argument("--deployment", help="the deployment to replay when the config has several")
     p.add_argument("--policy", type=_policies, default=",".join(n.value for n in PolicyName),
                    help="comma list of " + ", ".join(n.value for n in PolicyName))
@@ -296,6 +299,15 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    try:
+        fleet = is_fleet_config(args.config)
+    except (ConfigError, UnusableConfigError) as exc:
+        print(f"vllm-sizer replay: {exc}", file=sys.stderr)
+        return 2
+    if fleet:
+        window = args.window or (0.0, math.inf)
+        transform = Transform(args.speed, args.rate_scale, window[0], window[1], args.spread)
+        return run_fleet_replay(args, lambda rng: _arrivals(args, transform, rng)[0])
     try:
         settings = load_settings(args.config, args.deployment)
         truth = _truth(args, settings)

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.docs_gen import cli_help, config_keys, http_api, metrics, modules, validation
+from tools.docs_gen import (
+    cli_help,
+    config_keys,
+    http_api,
+    metrics,
+    modules,
+    validation,
+    variant_truths,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,6 +27,7 @@ def generate() -> dict[str, str]:
         "docs/reference/config-keys.md": config_keys.render(),
         "docs/reference/metrics-generated.md": metrics.render(),
         "docs/reference/http-api-generated.md": http_api.render(),
+        variant_truths.PAGE: variant_truths.render(),
     }
     pages.update(cli_help.pages())
     pages.update(modules.pages())

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOPS = {
     "model": "pure math: the queueing model, calibration, the simulator (no I/O, clock or logging)",
     "exporter": "everything with I/O, by layer: base < config < collector < sizing < daemon < "
-    "replay < cli, and testbed < replay",
+    "replay < cli, and testbed < replay (replay on its own page)",
+    "exporter/replay": "the replay layer: traces, the simulated fleets, policies and scoring",
     "bench": "benchmarks (entry points at the top) and their helpers",
     "tools": "maintenance tools, such as this page's generator",
 }
@@ -41,12 +42,15 @@ def pages() -> dict[str, str]:
     for top, about in TOPS.items():
         lines = [HEADER, f"# `{top}/`", "", about[:1].upper() + about[1:] + ".", ""]
         lines += ["| module | what it is |", "|---|---|"]
+        # A folder with its own page is left out of its parent's (a page stays within its size).
+        own = tuple(f"{t}/" for t in TOPS if t.startswith(f"{top}/"))
         for path in sorted((ROOT / top).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith(SKIPPED) or "__pycache__" in rel:
+            if rel.startswith(SKIPPED) or "__pycache__" in rel or (own and rel.startswith(own)):
                 continue
             lines.append(f"| `{rel}` | {summary(path)} |")
-        out[f"{FOLDER}/{top}.md"] = "\n".join(lines) + "\n"
-        index.append(f"- [`{top}/`]({top}.md): {about}")
+        page = top.replace("/", "-")
+        out[f"{FOLDER}/{page}.md"] = "\n".join(lines) + "\n"
+        index.append(f"- [`{top}/`]({page}.md): {about}")
     out[f"{FOLDER}/index.md"] = "\n".join(index) + "\n"
     return out
