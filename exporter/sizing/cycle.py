@@ -24,7 +24,7 @@ from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig
 from exporter.sizing.attainment import SloWindow
 from exporter.sizing.evidence import with_past_misses
-from exporter.sizing.handover import Handover, TrustedEstimate
+from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
 from exporter.sizing.points import new_tuner, steady, tuner_observation
 from exporter.sizing.recommender import Decision, Recommender
@@ -97,7 +97,6 @@ class DeploymentCycle:
         # tuner point's rate spans its window and a request lifetime before it.
         self.rates: deque[tuple[float, float]] = deque(maxlen=RATE_WINDOWS)
         self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
-        self.trusted = TrustedEstimate()
         self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
 
@@ -184,14 +183,16 @@ class DeploymentCycle:
             self.rates.append((per_pod, obs.window_s))
 
     def handover(self) -> Handover | None:
-        """What the sizer counts on while the calibration has no estimate of its own and none
-        it trusted (None: it has one). An estimate not trusted yet still sizes, bounded by its
-        own windows' evidence (exporter.sizing.evidence): a fit at one operating point is
-        never trusted on its own, and the prior knows this fleet less than that fit does."""
+        """What the sizer counts on while the calibration has no estimate of its own (None: it
+        has one). An estimate not trusted yet still sizes, bounded by its own windows' evidence
+        (exporter.sizing.evidence): a fit at one operating point is never trusted on its own,
+        and the prior knows this fleet less than that fit does. The tuner's estimate, once
+        there, is only ever replaced by another (model.calibration.tuner), so the hand-over
+        happens before the first estimate only."""
         tuner = self.tuner
-        if self.trusted.note(tuner.confidence(), tuner.params) or tuner.params is not None:
+        if tuner.params is not None:
             return None
-        return self.trusted.handover(tuner.initial, tuner.prior.centre)
+        return handover(tuner.initial, tuner.prior.centre)
 
     def _tune(
         self, obs: DeploymentObservation, problems: list[Problem], warnings: list[str]
