@@ -17,8 +17,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig
@@ -26,6 +24,7 @@ from exporter.sizing.attainment import SloWindow
 from exporter.sizing.evidence import with_past_misses
 from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
+from exporter.sizing.history import RateHistory
 from exporter.sizing.points import new_tuner, steady, tuner_observation
 from exporter.sizing.recommender import Decision, Recommender
 from exporter.sizing.traffic import ModelInputs, TrafficTracker, model_inputs, used_cvs
@@ -34,8 +33,6 @@ from model.calibration.estimate import TunerEstimate
 from model.calibration.trust import ModelBias, is_trusted
 from model.calibration.tuner import Tuner
 
-SHAPE_WINDOWS = 6  # windows whose request shapes are averaged into the workload sized for
-RATE_WINDOWS = 20  # windows whose arrival rates a tuner point's rate may span
 # Tuner points whose misses bound the capacity (exporter.sizing.evidence.with_past_misses): an
 # hour of 30 s cycles, longer than the tuner's window on purpose.
 EVIDENCE_WINDOWS = 120
@@ -70,6 +67,7 @@ class Estimate:
     evidence: Sequence[Observation] = ()  # the points that bound capacity
     trusted: bool = True
     headroom: float = 1.0  # the factor the rate is sized for times
+    trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
     problems: tuple[Problem, ...] = ()
     warnings: tuple[str, ...] = ()
 
@@ -88,14 +86,10 @@ class DeploymentCycle:
         self.config = config
         self.tuner = tuner or new_tuner(config)
         self.recommender = Recommender(config)
-        self.traffic = TrafficTracker()
-        self.workload: Workload | None = None
+        self.traffic = TrafficTracker()  # the request shape and the model's traffic inputs
+        self.workload: Workload | None = None  # the shape sized for (restored, or the traffic's)
         self.inputs: ModelInputs | None = None  # what the model was last evaluated with
-        # (input tokens, output tokens, completions) of recent windows: the shape sized for.
-        self.shapes: deque[tuple[float, float, float]] = deque(maxlen=SHAPE_WINDOWS)
-        # (per-replica arrival rate, window length in s) of recent windows, oldest first: a
-        # tuner point's rate spans its window and a request lifetime before it.
-        self.rates: deque[tuple[float, float]] = deque(maxlen=RATE_WINDOWS)
+        self.rates = RateHistory()  # steadiness, tuner points' rates and the look-ahead's trend
         self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
         self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
@@ -127,13 +121,12 @@ class DeploymentCycle:
         warnings: list[str] = []
         if obs.windows:
             self.slo_window.add(obs.end_time_s, obs.windows)
-        if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
-            try:
-                self.note_shape(obs)
-            except ValueError as exc:
-                warnings.append(f"{dep.name}: unusable request shape: {exc}")
-        self.note_rate(obs)
+        self.rates.add(obs, now_s)
         shape = self.traffic.update(obs, dispersion)
+        if self.traffic.unusable_shape is not None:
+            warnings.append(f"{dep.name}: unusable request shape: {self.traffic.unusable_shape}")
+        if self.traffic.workload is not None:  # else the restored one, if any
+            self.workload = self.traffic.workload
         self.inputs = model_inputs(dep, shape, self.workload)
         self._tune(obs, problems, warnings)
         estimate, handover = self.tuner.estimate(), self.handover()
@@ -145,7 +138,7 @@ class DeploymentCycle:
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
             evidence=evidence, trusted=is_trusted(estimate.confidence), headroom=headroom.factor,
-            problems=tuple(problems), warnings=tuple(warnings),
+            trend=self.rates.trend(), problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
     def decide(self, estimate: Estimate) -> Decision:
@@ -156,31 +149,11 @@ class DeploymentCycle:
             estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
             estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
             handover=estimate.handover, evidence=estimate.evidence, trusted=estimate.trusted,
-            headroom=estimate.headroom,
+            headroom=estimate.headroom, trend=estimate.trend,
         )  # fmt: skip
         if obs is not None:
             self.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         return decision
-
-    def note_shape(self, obs: DeploymentObservation) -> None:
-        """Add a window's request shape; the workload becomes the completion-weighted mean of
-        the last SHAPE_WINDOWS: one window's means carry sampling noise (a few dozen long
-        requests) that would move the SLO capacity from cycle to cycle. A ValueError (the
-        shape is dropped) when its means are not usable."""
-        if obs.avg_input_tokens is None or obs.avg_output_tokens is None:
-            return
-        shape = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
-        weight = max(obs.completion_rate_rps * obs.window_s, 1.0)
-        self.shapes.append((shape.avg_input_tokens, shape.avg_output_tokens, weight))
-        rows = np.array(self.shapes)
-        n, m = np.average(rows[:, :2], axis=0, weights=rows[:, 2])
-        self.workload = Workload(float(n), float(m))
-
-    def note_rate(self, obs: DeploymentObservation) -> None:
-        """Add a window's per-replica arrival rate to the recent ones."""
-        per_pod = obs.arrival_rate_per_pod_rps
-        if per_pod is not None and obs.window_s > 0:
-            self.rates.append((per_pod, obs.window_s))
 
     def handover(self) -> Handover | None:
         """What the sizer counts on while the calibration has no estimate of its own (None: it
@@ -215,12 +188,13 @@ class DeploymentCycle:
             return None
         if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
             return None
-        if not steady(self.rates, obs, MAX_RATE_CHANGE):
+        if not steady(self.rates.per_pod(), obs, MAX_RATE_CHANGE):
             problems.append(Problem.NON_STATIONARY)
             return None
         cvs = used_cvs(self.config, self.traffic.shape)
         try:
-            return tuner_observation(obs, self.config.server.max_batch_size, cvs, tuple(self.rates))
+            rates = self.rates.per_pod()
+            return tuner_observation(obs, self.config.server.max_batch_size, cvs, rates)
         except ValueError as exc:
             warnings.append(f"{self.config.name}: observation not usable by the tuner: {exc}")
             problems.append(Problem.INVALID_OBSERVATION)

@@ -195,6 +195,8 @@ def test_a_window_with_an_unobserved_pod_spans_every_pod_in_the_recent_rates() -
         server=SERVER, slo=SloConfig(itl_ms=ITL_SLO_MS),
     )  # fmt: skip
     runtime = DeploymentCycle(dep)
-    runtime.note_rate(replace(observation(3.0, 2), unobserved_pods=1))
-    runtime.note_rate(observation(2.0, 2))
-    assert list(runtime.rates) == [pytest.approx((1.0, 30.0)), pytest.approx((1.0, 30.0))]
+    runtime.rates.add(replace(observation(3.0, 2), unobserved_pods=1), 30.0)
+    runtime.rates.add(observation(2.0, 2), 60.0)
+    assert list(runtime.rates.per_pod()) == [
+        pytest.approx((1.0, 30.0)), pytest.approx((1.0, 30.0))
+    ]
