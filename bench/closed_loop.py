@@ -191,7 +191,7 @@ def run_arm(
             )
         )
         if isinstance(policy, OursPolicy):
-            last = policy.runtime.recommender.last
+            last = policy.cycle.recommender.last
             out.infeasible.append(() if last is None else last.infeasible_targets)
             if out.first_fit_s is None and policy.params:
                 out.first_fit_s = w.end_s

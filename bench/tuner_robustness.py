@@ -164,15 +164,15 @@ def drive(
     out: dict[str, list[Any]] = {
         k: [] for k in ("capacity_rps", "params", "confidence", "reason", "ttft_ms", "itl_ms")
     }
-    runtime = arm.daemon.runtimes["sim"]
+    cycle = arm.cycle
     for view in views:
         info = arm.decide(view, view.observation.end_time_s, 1)
         out["capacity_rps"].append(info.capacity_rps)
         out["params"].append(None if arm.params is None else list(arm.params.as_tuple()))
-        out["confidence"].append(runtime.tuner.confidence())
-        out["reason"].append(runtime.tuner.reason.value)
+        out["confidence"].append(cycle.tuner.confidence())
+        out["reason"].append(cycle.tuner.reason.value)
         try:
-            what = arm.daemon.predict("sim", ref_rps, 1)
+            what = arm.predict(ref_rps, 1)
             out["ttft_ms"].append(what.ttft_ms)
             out["itl_ms"].append(what.itl_ms)
         except LookupError:
@@ -237,7 +237,7 @@ def seeded_accuracy(
         arm.decide(view, view.observation.end_time_s, 1)
     ratios: dict[str, Any] = {}
     for load in PREDICT_LOADS:
-        what = arm.daemon.predict("sim", load * truth.saturation_rps, 1)
+        what = arm.predict(load * truth.saturation_rps, 1)
         ttft, itl = truth.at(load)
         ratios[f"ttft_at_{load}"] = what.ttft_ms / ttft
         ratios[f"itl_at_{load}"] = what.itl_ms / itl

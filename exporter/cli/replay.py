@@ -291,7 +291,7 @@ def run_replay(args: argparse.Namespace) -> int:
     """Replay, print the table, write the JSON and PNG; 2 on bad input, 130 when stopped."""
     quiet = logging.getLogger("exporter")
     level = quiet.level
-    quiet.setLevel(logging.WARNING)  # the policies' daemons would log a line per window
+    quiet.setLevel(logging.WARNING)  # INFO lines stay out of the printed report
     try:
         return _replay(args)
     finally:

@@ -1,4 +1,5 @@
-"""Composition root: one cycle = read, observe, tune, decide, publish, save.
+"""Composition root: one cycle = read every source, observe each deployment, decide, publish,
+save. The observing and deciding are exporter/sizing/cycle.py's, below any I/O.
 
 `Daemon` is given everything it needs (config, sources, registry, state file, clock) and never
 sleeps: the scheduler at the edge (commands/run.py, commands/demo.py) calls `run_cycle()`. A
@@ -21,37 +22,21 @@ from exporter.base.errors import FailureReason, SourceError
 from exporter.collector.arrival_sampler import ArrivalSampler
 from exporter.collector.demand import DemandSource, DemandWatch
 from exporter.collector.observations import DeploymentObservation, ObservationStatus, WindowTracker
-from exporter.collector.pod_observation import Problem
 from exporter.collector.sources import Source, pod_name_for_url
 from exporter.config.values import Config, SourceKind
 from exporter.daemon.cycle_reads import READ_DEADLINE, Reads, late_read, read_deployment
-from exporter.daemon.deployment_state import (
-    DeploymentRuntime,
-    new_tuner,
-    restore_state,
-    saved_state,
-    steady,
-    tuner_observation,
-)
+from exporter.daemon.deployment_state import DeploymentRuntime, restore_state, saved_state
 from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
 from exporter.daemon.log_lines import FailureStreaks, InfeasibleTargets, log_unexpected
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
-from exporter.sizing.evidence import extrapolation_ratio, with_past_misses
-from exporter.sizing.recommender import Decision, Recommender, saturated, slo_headroom_ratio
-from exporter.sizing.traffic import model_inputs, used_cvs
+from exporter.sizing.cycle import DeploymentCycle, Estimate, Sizer
+from exporter.sizing.evidence import extrapolation_ratio
+from exporter.sizing.recommender import Decision, saturated, slo_headroom_ratio
 from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
-from model import Observation, TunerReason
-from model.calibration.trust import is_trusted
+from model import TunerReason
 
 logger = logging.getLogger(__name__)
-
-# A window reaches the tuner when the per-pod load its latencies were made at, over the window
-# and a request lifetime before it, is within this fraction of the window's own: latencies lag
-# a load step by about a lifetime, and within a lifetime of steady load they do not. Judged per
-# pod over the pods that served through the window, so pods coming or going (the others' share
-# moves) and bursts shorter than the window do not keep a changing fleet from calibrating.
-MAX_RATE_CHANGE = 0.25
 
 # /readyz: ready while the last successful cycle is at most this many periods old.
 READY_PERIODS = 3.0
@@ -100,13 +85,13 @@ class Daemon:
         self._last_success_mono: float | None = None
         # What /api/v1/predict answers from: replaced whole once per cycle, read by HTTP threads.
         self._served: Mapping[str, ServedEstimate] = MappingProxyType({})
+        self.sizer = Sizer(config.deployments)
         self.runtimes = {
             dep.name: DeploymentRuntime(
                 config=dep,
                 source=sources[dep.name],
-                tuner=new_tuner(dep),
-                recommender=Recommender(dep),
                 tracker=WindowTracker(dep.name),
+                cycle=self.sizer.cycles[dep.name],
                 demand=demand.get(dep.name) if dep.scale_from_zero else None,
                 demand_watch=DemandWatch(dep.name) if dep.scale_from_zero else None,
             )
@@ -117,31 +102,35 @@ class Daemon:
     # -- one cycle -------------------------------------------------------------------------
 
     def run_cycle(self) -> CycleSnapshot:
-        """Read every deployment's source in parallel, then observe, tune, decide for each;
-        publish and save."""
+        """Read every deployment's source in parallel, observe each deployment's window, decide
+        over all of them; publish and save."""
         start = self._wall_clock.monotonic()
         now_s = self._clock.time()
         reads = self._read_all(now_s - self.config.cycle_period_s)
-        statuses: list[DeploymentStatus] = []
-        observed_any = False
-        for runtime in self.runtimes.values():
+        estimates: dict[str, Estimate] = {}
+        for name, runtime in self.runtimes.items():
             try:
-                observed_any |= self._cycle_deployment(runtime, now_s, reads[runtime.config.name])
+                estimates[name] = self._observe(runtime, now_s, reads[name])
             except Exception as exc:  # the per-deployment guard, the only catch-all
-                log_unexpected(logger, f"{runtime.config.name}: cycle failed", exc)
-                dep = runtime.config
-                self.metrics.scrape_errors.labels(
-                    dep.name, dep.source.kind, FailureReason.INTERNAL
-                ).inc()
-                runtime.observation = None
-            if runtime.recommender.last is not None:  # a first cycle that failed has none to show
-                statuses.append(self._status(runtime))
+                self._cycle_failed(name, exc)
+        decisions = self.sizer.decide(estimates, on_error=self._cycle_failed)
+        observed_any = False
+        statuses: list[DeploymentStatus] = []
+        for name, runtime in self.runtimes.items():
+            if name in decisions:
+                self._log(runtime, decisions[name])
+                observed_any |= _observed(estimates[name])
+            if runtime.cycle.recommender.last is not None:  # a first cycle that failed has none
+                statuses.append(
+                    deployment_status(runtime.cycle, runtime.observation, runtime.demand_value)
+                )
         snapshot = CycleSnapshot(tuple(statuses))
         self.collector.publish(snapshot)
         self._served = MappingProxyType({
             name: ServedEstimate(
-                config=runtime.config, tuner=runtime.tuner.estimate(), workload=runtime.workload,
-                inputs=runtime.inputs, current_replicas=_current_replicas(runtime),
+                config=runtime.config, tuner=runtime.cycle.tuner.estimate(),
+                workload=runtime.cycle.workload, inputs=runtime.cycle.inputs,
+                current_replicas=_current_replicas(runtime),
             )
             for name, runtime in self.runtimes.items()
         })  # fmt: skip
@@ -173,12 +162,20 @@ class Daemon:
         wait(futures.values(), timeout=READ_DEADLINE * self.config.cycle_period_s)
         return futures
 
-    def _cycle_deployment(
-        self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]
-    ) -> bool:
-        """Observe, tune and decide for one deployment; `runtime.observation` is this cycle's
-        (None when its source failed). True when the deployment was observed."""
+    def _cycle_failed(self, name: str, exc: Exception) -> None:
+        """A deployment whose cycle raised: logged and counted; it publishes its last decision,
+        if any, and the other deployments go on."""
+        log_unexpected(logger, f"{name}: cycle failed", exc)
+        runtime = self.runtimes[name]
         dep = runtime.config
+        self.metrics.scrape_errors.labels(dep.name, dep.source.kind, FailureReason.INTERNAL).inc()
+        runtime.observation = None
+
+    def _observe(self, runtime: DeploymentRuntime, now_s: float, future: Future[Reads]) -> Estimate:
+        """Turn one deployment's reads into its window, count what the window showed and hand
+        it to the deployment's cycle; `runtime.observation` is this cycle's (None when its
+        source failed)."""
+        dep, cycle = runtime.config, runtime.cycle
         reads = future.result() if future.done() else None
         demand = self._demand(runtime, reads)
         try:
@@ -191,11 +188,7 @@ class Daemon:
             self._failures.failed(dep.name, exc.reason, str(exc))
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, exc.reason).inc()
             runtime.observation = None
-            decision = runtime.recommender.decide(
-                now_s, None, runtime.params, None, demand=demand
-            )
-            self._log(runtime, decision)
-            return False
+            return cycle.observe(None, now_s, demand=demand)
         self._failures.succeeded(dep.name)
         if history is not None and not runtime.tracker.primed:
             runtime.tracker.observe(history)  # the first cycle already closes a whole window
@@ -203,38 +196,20 @@ class Daemon:
             self.metrics.scrape_errors.labels(dep.name, dep.source.kind, failure.reason).inc()
         obs = runtime.tracker.observe(read, self._sampler_falls(runtime, read.time_s))
         runtime.observation = obs
-        if obs.windows:
-            runtime.slo_window.add(obs.end_time_s, obs.windows)
         for problem in obs.problems:
             self.metrics.observation_problems.labels(dep.name, problem).inc()
         if obs.status is ObservationStatus.MODEL_NOT_FOUND:
             self.metrics.scrape_errors.labels(
                 dep.name, dep.source.kind, FailureReason.MODEL_NOT_FOUND
             ).inc()
-        if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
-            try:
-                runtime.note_shape(obs)
-            except ValueError as exc:
-                logger.warning("%s: unusable request shape: %s", dep.name, exc)
-        runtime.note_rate(obs)
-        shape = runtime.traffic.update(obs, self._dispersion(runtime, obs))
-        runtime.inputs = model_inputs(dep, shape, runtime.workload)
-        self._tune(runtime, obs)
-        estimate, handover = runtime.tuner.estimate(), runtime.handover()
-        evidence = with_past_misses(estimate.window, runtime.evidence, dep.slo)
-        headroom = runtime.headroom.observe(obs, runtime.recommender.last)  # sizing/headroom.py
-        decision = runtime.recommender.decide(
-            now_s, obs, estimate.params, runtime.workload, estimate.bias, runtime.inputs,
-            demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
-            handover=handover, evidence=evidence, trusted=is_trusted(estimate.confidence),
-            headroom=headroom.factor,
-        )  # fmt: skip
-        runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
-        self._log(runtime, decision)
-        # At zero the demand is the observation: a read that found no pod and a demand read
-        # make a successful cycle (readiness, the KEDA query's freshness guard, the alerts).
-        empty = obs.status is ObservationStatus.NO_PODS and obs.ready_pods == 0
-        return obs.success or (empty and demand is not None)
+        estimate = cycle.observe(
+            obs, now_s, dispersion=self._dispersion(runtime, obs), demand=demand
+        )
+        for message in estimate.warnings:
+            logger.warning("%s", message)
+        for problem in estimate.problems:
+            self.metrics.observation_problems.labels(dep.name, problem).inc()
+        return estimate
 
     def _demand(self, runtime: DeploymentRuntime, reads: Reads | None) -> float | None:
         """This cycle's demand (None: no scale_from_zero, or the read failed: counted under
@@ -276,80 +251,8 @@ class Daemon:
             return None
         return reading.index, reading.requests
 
-    def _tune(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> None:
-        """Feed the window to the tuner as a per-replica point when it is one, else tell the
-        tuner a cycle passed without one (`Tuner.idle`: a recovery must not wait for points)."""
-        if (point := self._point(runtime, obs)) is None:
-            runtime.tuner.idle()
-        else:
-            runtime.tuner.update(point)
-            runtime.evidence.append(point)
-
-    def _point(self, runtime: DeploymentRuntime, obs: DeploymentObservation) -> Observation | None:
-        """The window as a tuner point, or None when it is not one to fit."""
-        if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
-            return None
-        if obs.unobserved_pods:  # the load of some pods is an estimate: not a point to fit
-            return None
-        if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
-            return None
-        if not steady(runtime.rates, obs, MAX_RATE_CHANGE):
-            self.metrics.observation_problems.labels(
-                runtime.config.name, Problem.NON_STATIONARY
-            ).inc()
-            return None
-        cvs = used_cvs(runtime.config, runtime.traffic.shape)
-        try:
-            point = tuner_observation(
-                obs, runtime.config.server.max_batch_size, cvs, tuple(runtime.rates)
-            )
-        except ValueError as exc:
-            logger.warning("%s: observation not usable by the tuner: %s", runtime.config.name, exc)
-            self.metrics.observation_problems.labels(
-                runtime.config.name, Problem.INVALID_OBSERVATION
-            ).inc()
-            return None
-        return point
-
-    def _status(self, runtime: DeploymentRuntime) -> DeploymentStatus:
-        dep, obs = runtime.config, runtime.observation
-        decision = runtime.recommender.last
-        assert decision is not None  # run_cycle publishes only deployments with a decision
-        estimate = runtime.tuner.estimate()
-        return DeploymentStatus(
-            deployment=dep.name,
-            model_name=dep.model_name,
-            decision=decision,
-            params=estimate.params,
-            tuner_state=estimate.state,
-            tuner_reason=estimate.reason,
-            fit_ttft_error=estimate.fit_ttft_error,
-            fit_itl_error=estimate.fit_itl_error,
-            observed_ttft_ms=None if obs is None else obs.ttft_ms,
-            observed_itl_ms=None if obs is None else obs.itl_ms,
-            slo_ttft_ms=dep.slo.ttft_ms,
-            slo_itl_ms=dep.slo.itl_ms,
-            source_up=obs is not None and obs.read_pods > 0,
-            pods_observed=0 if obs is None else obs.read_pods,
-            saturated=saturated(decision, obs),
-            slo_headroom_ratio=slo_headroom_ratio(decision),
-            demand=runtime.demand_value,
-            demand_kind=None if dep.scale_from_zero is None else dep.scale_from_zero.demand,
-            traffic=runtime.traffic.shape,
-            kv_batch_limit=None if runtime.inputs is None else runtime.inputs.kv_batch_limit,
-            calibration_confidence=estimate.confidence,
-            extrapolation_ratio=extrapolation_ratio(
-                decision.max_rate_per_replica_rps, estimate.window
-            ),
-            identified=None if estimate.params is None else estimate.identified,
-            slo_percentiles=dep.slo.percentiles,
-            observed_attainment=runtime.slo_window.attainment(dep.slo.percentiles),
-            slo_window_requests=runtime.slo_window.requests(),
-            headroom=runtime.headroom.state,
-        )
-
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
-        obs, params, dep = runtime.observation, runtime.params, runtime.config
+        obs, params, dep = runtime.observation, runtime.cycle.params, runtime.config
         if d.sizing_rate_rps is not None:
             rate, targets = d.sizing_rate_rps, d.infeasible_targets
             self._infeasible.note(dep.name, targets, dep.max_replicas, rate)
@@ -403,21 +306,72 @@ class Daemon:
         if self._statefile is None:
             return
         try:
-            self._statefile.save(saved_state(self.runtimes))
+            self._statefile.save(saved_state(self.sizer.cycles))
         except OSError as exc:
             self.metrics.state_save_errors.inc()
             logger.error("cannot save state to %s: %s", self._statefile.path, exc)
 
     def _restore(self) -> None:
         if self._statefile is not None:
-            problems = restore_state(self._statefile.load(), self.runtimes, self._clock.time())
+            problems = restore_state(self._statefile.load(), self.sizer.cycles, self._clock.time())
             if problems:  # set aside, so the next start does not meet it again
                 self._statefile.set_aside("; ".join(problems)[:500])
 
 
+def deployment_status(
+    cycle: DeploymentCycle, obs: DeploymentObservation | None, demand: float | None
+) -> DeploymentStatus:
+    """What a deployment publishes after its cycle: its last decision and sizing state, this
+    cycle's observation (None: none) and demand (None: not read)."""
+    dep = cycle.config
+    decision = cycle.recommender.last
+    assert decision is not None  # run_cycle publishes only deployments with a decision
+    estimate = cycle.tuner.estimate()
+    return DeploymentStatus(
+        deployment=dep.name,
+        model_name=dep.model_name,
+        decision=decision,
+        params=estimate.params,
+        tuner_state=estimate.state,
+        tuner_reason=estimate.reason,
+        fit_ttft_error=estimate.fit_ttft_error,
+        fit_itl_error=estimate.fit_itl_error,
+        observed_ttft_ms=None if obs is None else obs.ttft_ms,
+        observed_itl_ms=None if obs is None else obs.itl_ms,
+        slo_ttft_ms=dep.slo.ttft_ms,
+        slo_itl_ms=dep.slo.itl_ms,
+        source_up=obs is not None and obs.read_pods > 0,
+        pods_observed=0 if obs is None else obs.read_pods,
+        saturated=saturated(decision, obs),
+        slo_headroom_ratio=slo_headroom_ratio(decision),
+        demand=demand,
+        demand_kind=None if dep.scale_from_zero is None else dep.scale_from_zero.demand,
+        traffic=cycle.traffic.shape,
+        kv_batch_limit=None if cycle.inputs is None else cycle.inputs.kv_batch_limit,
+        calibration_confidence=estimate.confidence,
+        extrapolation_ratio=extrapolation_ratio(decision.max_rate_per_replica_rps, estimate.window),
+        identified=None if estimate.params is None else estimate.identified,
+        slo_percentiles=dep.slo.percentiles,
+        observed_attainment=cycle.slo_window.attainment(dep.slo.percentiles),
+        slo_window_requests=cycle.slo_window.requests(),
+        headroom=cycle.headroom.state,
+    )
+
+
 def _current_replicas(runtime: DeploymentRuntime) -> int | None:
-    last = runtime.recommender.last
+    last = runtime.cycle.recommender.last
     return None if last is None else last.current_replicas
+
+
+def _observed(estimate: Estimate) -> bool:
+    """Whether the cycle observed the deployment. At zero the demand is the observation: a read
+    that found no pod and a demand read make a successful cycle (readiness, the KEDA query's
+    freshness guard, the alerts)."""
+    obs = estimate.observation
+    if obs is None:
+        return False
+    empty = obs.status is ObservationStatus.NO_PODS and obs.ready_pods == 0
+    return obs.success or (empty and estimate.demand is not None)
 
 
 def _fmt(value: float | None) -> str:
@@ -428,5 +382,5 @@ def _fmt(value: float | None) -> str:
 
 def _tuner_text(runtime: DeploymentRuntime) -> str:
     """The tuner's state, with its reason unless the fit was simply accepted."""
-    state, reason = runtime.tuner.state, runtime.tuner.reason
+    state, reason = runtime.cycle.tuner.state, runtime.cycle.tuner.reason
     return state.value if reason is TunerReason.ACCEPTED else f"{state.value}({reason.value})"

@@ -2,8 +2,9 @@
 reads a window's `WindowView` and proposes a metric value against a per-replica target, which
 the arm's scaler (exporter/replay/hpa.py) turns into a replica count.
 
-- `OursPolicy`: the daemon's own cycle (observe, tune, decide) on the configured deployment,
-  starting from what the config gives (no parameters, or `initial_params` as a seed); its
+- `OursPolicy`: the daemon's own two phases (observe, decide: exporter.sizing.cycle) on the
+  configured deployment, starting from what the config gives (no parameters, or
+  `initial_params` as a seed); its
   proposal is `vllm_sizer_desired_replicas` (AverageValue 1), the hand-over count included
   (exporter.sizing.handover), as the shipped KEDA and HPA queries read it.
 - `ThroughputPolicy`: the decode-throughput analyzer (paper §IX, llm-d WVA's defaults).
@@ -14,22 +15,20 @@ the arm's scaler (exporter/replay/hpa.py) turns into a replica count.
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import replace
 from enum import StrEnum
 
-from prometheus_client import CollectorRegistry
-
-from exporter.base.clock import ManualClock
-from exporter.collector.observations import DeploymentObservation, WindowTracker
-from exporter.collector.sources import SourceRead
-from exporter.config.values import Config, DeploymentConfig, SourceConfig
-from exporter.daemon.daemon import Daemon
-from exporter.daemon.deployment_state import DeploymentRuntime
+from exporter.config.values import DeploymentConfig
+from exporter.daemon.log_lines import InfeasibleTargets
 from exporter.replay.engine import Proposal
 from exporter.replay.perfect import WindowView
+from exporter.sizing.cycle import Sizer
+from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
 from model.baselines.throughput_analyzer import ThroughputAnalyzer
 from model.queueing.params import ServiceParams, Workload
+
+logger = logging.getLogger(__name__)
 
 
 class PolicyName(StrEnum):
@@ -48,32 +47,9 @@ class ReactiveMetric(StrEnum):
     KV_CACHE = "kv_cache"  # vllm:kv_cache_usage_perc (0-1 per pod)
 
 
-class _PreparedWindows(WindowTracker):
-    """Hands the daemon the observation the replay made, in place of its own two reads."""
-
-    def __init__(self, deployment: str) -> None:
-        super().__init__(deployment)
-        self.next: DeploymentObservation | None = None
-
-    def observe(
-        self, read: SourceRead, fell: frozenset[str] = frozenset()
-    ) -> DeploymentObservation:
-        assert self.next is not None, "the policy sets the window's observation first"
-        return self.next
-
-
-class _NoSource:
-    """A source that reads nothing: the observation comes from `_PreparedWindows`."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self._clock = clock
-
-    def read(self) -> SourceRead:
-        return SourceRead(time_s=self._clock.time(), samples=())
-
-
 class OursPolicy:
-    """Our recommender through the daemon's own cycle (observe, tune, decide)."""
+    """Our recommender through the daemon's own two phases (exporter.sizing.cycle): each
+    window the replay simulated is observed, then decided on."""
 
     def __init__(
         self,
@@ -82,39 +58,49 @@ class OursPolicy:
         *,
         name: str = PolicyName.OURS.value,
     ) -> None:
-        """`deployment` as configured (its source is replaced: the replay observes)."""
+        """`deployment` as configured (its source is not read: the replay observes);
+        `window_s` is the cycle period the windows come at."""
         self.name = name
-        dep = replace(deployment, source=SourceConfig(scrape_urls=("http://replay",)))
-        self._clock = ManualClock(0.0)
-        self.daemon = Daemon(
-            Config(cycle_period_s=window_s, deployments=(dep,)),
-            {dep.name: _NoSource(self._clock)},
-            CollectorRegistry(),
-            self._clock,
-        )
-        self.runtime: DeploymentRuntime = self.daemon.runtimes[dep.name]
-        self._feed = _PreparedWindows(dep.name)
-        self.runtime.tracker = self._feed
+        self.window_s = window_s
+        self._deployment = deployment.name
+        self.sizer = Sizer((deployment,))
+        self.cycle = self.sizer.cycles[deployment.name]
+        self._infeasible = InfeasibleTargets(logger)  # warned as the daemon warns
 
     def decide(self, view: WindowView, now_s: float, provisioned: int) -> Proposal:
-        self._clock.advance(now_s - self._clock.time())
-        self._feed.next = view.observation
-        decision = self.daemon.run_cycle().deployments[0].decision
+        estimate = self.sizer.observe(self._deployment, view.observation, now_s)
+        decision = self.sizer.decide({self._deployment: estimate})[self._deployment]
+        for message in estimate.warnings:
+            logger.warning("%s", message)
+        if decision.sizing_rate_rps is not None:
+            dep = self.cycle.config
+            rate, targets = decision.sizing_rate_rps, decision.infeasible_targets
+            self._infeasible.note(dep.name, targets, dep.max_replicas, rate)
         desired = provisioned if decision.desired_replicas is None else decision.desired_replicas
         return Proposal(
             value=desired,
             reason=decision.reason.value,
-            tuner_state=self.runtime.tuner.state.value,
+            tuner_state=self.cycle.tuner.state.value,
             capacity_rps=decision.max_rate_per_replica_rps,
         )
 
+    def predict(self, rate_rps: float, replicas: int | None) -> WhatIf:
+        """What-if at a total rate from the current estimate, as the daemon's /predict
+        answers it (LookupError without one)."""
+        cycle, last = self.cycle, self.cycle.recommender.last
+        served = ServedEstimate(
+            config=cycle.config, tuner=cycle.tuner.estimate(), workload=cycle.workload,
+            inputs=cycle.inputs, current_replicas=None if last is None else last.current_replicas,
+        )  # fmt: skip
+        return predict(served, rate_rps, replicas, ())
+
     @property
     def params(self) -> ServiceParams | None:
-        """The daemon's current estimate."""
-        return self.runtime.params
+        """The current estimate."""
+        return self.cycle.params
 
     def close(self) -> None:
-        self.daemon.close()
+        """Nothing to release: the policy holds no thread or source."""
 
 
 class ThroughputPolicy:

@@ -4,8 +4,9 @@ While the tuner has no estimate of its own (it is warming), the deployment is st
 the load
 (the observed arrival rate and request shape, through the same model and the same scale-down
 stabilization as the trusted count), but with parameters the fleet's own latencies cannot move
-from one window to the next: the last estimate that was trusted, else the configured seed
-(`initial_params`), else the tuner's prior centre (physical, or generic). A count of requests in
+from one window to the next: the configured seed (`initial_params`), else the tuner's prior
+centre (physical, or generic). (A tuner that once had an estimate keeps one, so no estimate it
+trusted is ever there to hand over with: exporter.sizing.cycle.) A count of requests in
 flight would not do: they fall as replicas are added, so a count made from them undoes itself
 (more replicas -> fewer in flight -> fewer replicas), a limit cycle at constant load.
 """
@@ -15,14 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from model.calibration.trust import is_trusted
 from model.queueing.params import ServiceParams
 
 
 class HandoverBasis(StrEnum):
     """Where the hand-over's per-replica capacity comes from."""
 
-    TRUSTED = "trusted"  # the last estimate whose confidence reached the threshold
     SEED = "seed"  # the configured initial_params
     PRIOR = "prior"  # the tuner's prior centre (physical, or generic)
 
@@ -35,24 +34,8 @@ class Handover:
     basis: HandoverBasis
 
 
-class TrustedEstimate:
-    """The last estimate a deployment's calibration trusted; the hand-over's first choice."""
-
-    def __init__(self) -> None:
-        self.params: ServiceParams | None = None
-
-    def note(self, confidence: float, params: ServiceParams | None) -> bool:
-        """Keep `params` when `confidence` makes them trusted; True when it does."""
-        trusted = params is not None and is_trusted(confidence)
-        if trusted:
-            self.params = params
-        return trusted
-
-    def handover(self, seed: ServiceParams | None, prior_centre: ServiceParams) -> Handover:
-        """The hand-over's parameters: the last trusted estimate, else `seed`, else the prior's
-        centre."""
-        if self.params is not None:
-            return Handover(self.params, HandoverBasis.TRUSTED)
-        if seed is not None:
-            return Handover(seed, HandoverBasis.SEED)
-        return Handover(prior_centre, HandoverBasis.PRIOR)
+def handover(seed: ServiceParams | None, prior_centre: ServiceParams) -> Handover:
+    """The hand-over's parameters: `seed`, else the prior's centre."""
+    if seed is not None:
+        return Handover(seed, HandoverBasis.SEED)
+    return Handover(prior_centre, HandoverBasis.PRIOR)

@@ -8,7 +8,6 @@ so scale-up is immediate. History is kept in wall-clock seconds so it survives a
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -119,7 +118,7 @@ class Recommender:
     def __init__(self, deployment: DeploymentConfig) -> None:
         self._dep = deployment
         self.window = ScaleDownWindow(deployment.scale_down_stabilization_s)
-        self._rates: deque[tuple[float, float]] = deque(maxlen=TREND_WINDOWS)
+        self._trend: Sequence[tuple[float, float]] = ()  # the look-ahead's, this cycle's
         zero = deployment.scale_from_zero
         self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
@@ -142,6 +141,7 @@ class Recommender:
         evidence: Sequence[Observation] = (),
         headroom: float = 1.0,
         trusted: bool = True,
+        trend: Sequence[tuple[float, float]] = (),
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -150,7 +150,10 @@ class Recommender:
         the observations say the model over-promises; `evidence` (windows) bounds capacity,
         whichever parameters size it; `handover` (the calibration is not trusted) replaces
         `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
-        x `headroom` (exporter.sizing.headroom)."""
+        x `headroom` (exporter.sizing.headroom); `trend` is (time s, arrival rate req/s) of the
+        recent windows whose rate was read, oldest first, ending with this one's (look_ahead_s
+        extends its last TREND_WINDOWS)."""
+        self._trend = trend[-TREND_WINDOWS:]
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
         if handover is not None:
@@ -238,7 +241,6 @@ class Recommender:
             # (A 0 that stands is no count for pods that are there: keep them.)
             return _decision(self._held(now_s) or current, Reason.FIRST_WINDOW, current=current)
         rate = obs.arrival_rate_rps
-        self._rates.append((now_s, rate))
         if params is None or workload is None:
             # Without a model, the wait queue is the only capacity signal there is.
             if waiting_queue_grows(obs):
@@ -307,10 +309,10 @@ class Recommender:
         """The rate to size for (req/s): the current one, or with look_ahead_s > 0 the recent
         trend extended that far ahead when it rises, so capacity is ordered before it is needed."""
         horizon = self._dep.look_ahead_s
-        if horizon <= 0 or len(self._rates) < 3:
+        if horizon <= 0 or len(self._trend) < 3:
             return rate
-        t = np.array([p[0] for p in self._rates])
-        r = np.array([p[1] for p in self._rates])
+        t = np.array([p[0] for p in self._trend])
+        r = np.array([p[1] for p in self._trend])
         slope = float(np.polyfit(t - t[-1], r, 1)[0])
         return rate + max(slope, 0.0) * horizon
 

@@ -10,6 +10,8 @@ that on steady traffic the published capacity barely moves between cycles. The o
 raised to what the KV cache held by running requests over the same windows implies where that
 is higher (model.calibration.kv_context: the histogram misplaces point masses in its buckets;
 the KV reading is summed over the windows' end reads, with the token means of the same windows).
+The request shape sized for is kept with them: the completion-weighted mean token lengths of the
+last SHAPE_WINDOWS shapes (a shorter span: a longer mean lags a change of shape).
 A CV the config sets (`deployments[].model.*_cv`) is pinned: still measured and exported, never
 used.
 """
@@ -21,6 +23,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+import numpy as np
+
 from exporter.collector.observations import DeploymentObservation
 from exporter.collector.vllm_metrics import HistogramName
 from exporter.config.values import DeploymentConfig
@@ -31,6 +35,7 @@ from model.calibration.observation import model_hit_ratio, with_workload_cvs
 from model.queueing.kv_limit import kv_batch_limit
 
 SMOOTHING_WINDOWS = 10
+SHAPE_WINDOWS = 6  # of them, the last whose request shapes are averaged into the workload
 
 
 class LengthCvKind(StrEnum):
@@ -92,25 +97,38 @@ class _Smoothed:
 
 
 @dataclass(frozen=True, slots=True)
-class _KvWindow:
-    """One window's KV read at its end, and its prompt and output token histograms (their
-    exact sums and counts give the means)."""
+class _KvRead:
+    """A window's KV read at its end, and its prompt and output token histograms (their exact
+    sums and counts give the means)."""
 
     context: KvContext
     prompts: WindowHistogram
     outputs: WindowHistogram
 
 
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """What one window gives the request shape: its token means weighted by its completions
+    (None: no usable means), and its KV read (None: not read)."""
+
+    shape: tuple[float, float, float] | None
+    kv: _KvRead | None
+
+
 class TrafficTracker:
-    """Smooths one deployment's traffic measurements over its last windows."""
+    """Smooths one deployment's traffic measurements over its last windows: the request shape
+    sized for (`workload`) and the model's inputs (`shape`)."""
 
     def __init__(self, windows: int = SMOOTHING_WINDOWS) -> None:
         self._cv2 = {kind: _Smoothed(windows) for kind in LengthCvKind}
         self._arrival_index = _Smoothed(windows)
         self._cached = _Smoothed(windows)
         self._kv_capacity: float | None = None
-        self._kv: deque[_KvWindow] = deque(maxlen=windows)
+        self._span = windows  # KV reads kept
+        self._windows: deque[_Window] = deque()
         self.shape = TrafficShape()
+        self.workload: Workload | None = None  # None: no window with a request shape yet
+        self.unusable_shape: str | None = None  # why the last window's shape was dropped
 
     def update(
         self, obs: DeploymentObservation, dispersion: tuple[float, float] | None = None
@@ -129,7 +147,7 @@ class TrafficTracker:
             self._arrival_index.add(dispersion[1], dispersion[0])
         if obs.kv_capacity_tokens is not None:
             self._kv_capacity = obs.kv_capacity_tokens
-        self._add_kv(obs)
+        self._add_window(obs)
         prompt = self._cv2[LengthCvKind.PROMPT].value()
         output = self._cv2[LengthCvKind.OUTPUT].value()
         arrival = self._arrival_index.value()
@@ -146,24 +164,65 @@ class TrafficTracker:
         )
         return self.shape
 
-    def _add_kv(self, obs: DeploymentObservation) -> None:
+    def _add_window(self, obs: DeploymentObservation) -> None:
+        """Keep the window's request shape and KV read; the workload becomes the
+        completion-weighted mean of the last SHAPE_WINDOWS shapes: one window's means carry
+        sampling noise (a few dozen long requests) that would move the SLO capacity from cycle to
+        cycle, and a longer mean lags a change of shape. A shape whose means are not usable is
+        dropped (`unusable_shape` says why)."""
+        self.unusable_shape = None
+        shape = None
+        if obs.avg_input_tokens is not None and obs.avg_output_tokens is not None:
+            try:
+                means = Workload(obs.avg_input_tokens, max(obs.avg_output_tokens, 1.0))
+            except ValueError as exc:
+                self.unusable_shape = str(exc)
+            else:
+                weight = max(obs.completion_rate_rps * obs.window_s, 1.0)
+                shape = (means.avg_input_tokens, means.avg_output_tokens, weight)
         prompts = obs.windows.get(HistogramName.PROMPT_LEN)
         outputs = obs.windows.get(HistogramName.GENERATION_LEN)
-        if obs.kv_context is None or prompts is None or outputs is None:
+        kv = None
+        if obs.kv_context is not None and prompts is not None and outputs is not None:
+            kv = _KvRead(obs.kv_context, prompts, outputs)
+        if shape is None and kv is None:
             return
-        self._kv.append(_KvWindow(obs.kv_context, prompts, outputs))
+        self._windows.append(_Window(shape, kv))
+        self._trim()
+        if shape is not None:
+            shapes = [w.shape for w in self._windows if w.shape is not None]
+            rows = np.array(shapes[-SHAPE_WINDOWS:])
+            n, m = np.average(rows[:, :2], axis=0, weights=rows[:, 2])
+            self.workload = Workload(float(n), float(m))
+
+    def _trim(self) -> None:
+        """Drop the oldest windows that neither span reads any more: the KV term reads the last
+        `windows` KV reads, the workload the last SHAPE_WINDOWS shapes (a window without one
+        does not push the other's out)."""
+        reads = sum(w.kv is not None for w in self._windows)
+        shapes = sum(w.shape is not None for w in self._windows)
+        while self._windows:
+            oldest = self._windows[0]
+            if oldest.kv is not None and reads <= self._span:
+                return
+            if oldest.shape is not None and shapes <= SHAPE_WINDOWS:
+                return
+            self._windows.popleft()
+            reads -= oldest.kv is not None
+            shapes -= oldest.shape is not None
 
     def _kv_output_cv2(self) -> float | None:
-        """cv_m^2 from the KV held over the kept windows and their token means."""
-        context = sum((entry.context for entry in self._kv), KvContext(0.0, 0.0))
-        inputs = sum(e.prompts.count for e in self._kv)
-        outputs = sum(e.outputs.count for e in self._kv)
+        """cv_m^2 from the KV held over the kept windows that read it and their token means."""
+        reads = [w.kv for w in self._windows if w.kv is not None][-self._span :]
+        context = sum((r.context for r in reads), KvContext(0.0, 0.0))
+        inputs = sum(r.prompts.count for r in reads)
+        outputs = sum(r.outputs.count for r in reads)
         if inputs <= 0 or outputs <= 0:
             return None
         return kv_output_cv2(
             context,
-            sum(e.prompts.sum for e in self._kv) / inputs,
-            sum(e.outputs.sum for e in self._kv) / outputs,
+            sum(r.prompts.sum for r in reads) / inputs,
+            sum(r.outputs.sum for r in reads) / outputs,
         )
 
 

@@ -197,7 +197,7 @@ def last_activity_s(stack: Stack) -> float:
 
 
 def tuner_window(daemon: Daemon) -> Any:
-    return daemon.runtimes[DEPLOYMENT].tuner.to_dict()
+    return daemon.runtimes[DEPLOYMENT].cycle.tuner.to_dict()
 
 
 def test_to_zero_after_idle_and_back_on_demand(stack: Stack) -> None:
@@ -236,7 +236,7 @@ def test_to_zero_after_idle_and_back_on_demand(stack: Stack) -> None:
         for cycle in cycles[:-1]:
             assert cycle.desired is None or cycle.desired >= 1, cycle
         assert [c.reason for c in cycles[served:-1]].count(Reason.IDLE) >= IDLE_S / PERIOD_S - 1
-        calibration = daemon.runtimes[DEPLOYMENT].params
+        calibration = daemon.runtimes[DEPLOYMENT].cycle.params
         window = tuner_window(daemon)
         # At zero: the pods are gone, 0 stays, the calibration is kept.
         at_zero = [run(stack, daemon) for _ in range(4)]
@@ -244,14 +244,14 @@ def test_to_zero_after_idle_and_back_on_demand(stack: Stack) -> None:
         assert [(c.desired, c.reason) for c in at_zero] == [(0, Reason.SCALED_TO_ZERO)] * 4
         assert at_zero[-1].status.pods_observed == 0
         assert daemon.ready()  # reading no pod and the demand is a working cycle at zero
-        assert daemon.runtimes[DEPLOYMENT].params == calibration
+        assert daemon.runtimes[DEPLOYMENT].cycle.params == calibration
         assert tuner_window(daemon) == window
         # A restart at zero: the state file says 0 stands, with the same calibration.
         daemon.close()
         daemon = stack.daemon(CollectorRegistry())
         restarted = run(stack, daemon)
         assert (restarted.desired, restarted.reason) == (0, Reason.SCALED_TO_ZERO)
-        assert daemon.runtimes[DEPLOYMENT].params == calibration
+        assert daemon.runtimes[DEPLOYMENT].cycle.params == calibration
         assert tuner_window(daemon) == window
         # Demand: requests wait at the router (no replica). The first cycle after Prometheus
         # has the demand above 0 asks for replicas, sized from the kept calibration.
@@ -266,11 +266,11 @@ def test_to_zero_after_idle_and_back_on_demand(stack: Stack) -> None:
         assert back.desired_replicas is not None and back.desired_replicas >= 1
         assert back.arrival_rate_rps is not None and back.arrival_rate_rps > 0
         want = replicas_for_slo(
-            back.arrival_rate_rps, calibration, SERVER, daemon.runtimes[DEPLOYMENT].workload,
+            back.arrival_rate_rps, calibration, SERVER, daemon.runtimes[DEPLOYMENT].cycle.workload,
             SLO.ttft_ms, SLO.itl_ms, options=daemon.config.deployments[0].model,
         ).replicas  # fmt: skip
         assert want is not None and back.desired_replicas >= want  # the bias can only add
-        assert daemon.runtimes[DEPLOYMENT].params == calibration
+        assert daemon.runtimes[DEPLOYMENT].cycle.params == calibration
         assert tuner_window(daemon) == window
         stack.apply(back.desired_replicas)
         # Serving again: the pods are read, and nothing goes to 0 while requests come.

@@ -16,7 +16,7 @@ from exporter.base.errors import ConfigError
 from exporter.cli.main import main
 from exporter.config.loader import parse_config
 from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
-from exporter.daemon.deployment_state import new_tuner
+from exporter.sizing.points import new_tuner
 from exporter.sizing.what_if import ServedEstimate, predict
 from model import ServerConfig, ServiceParams, Workload
 from tests.conftest import REPO_ROOT

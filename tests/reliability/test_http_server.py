@@ -53,7 +53,7 @@ def daemon() -> Iterator[Daemon]:
         CollectorRegistry(),
         ManualClock(),
     )
-    calibrated.runtimes["llama"].workload = Workload(512, 128)
+    calibrated.runtimes["llama"].cycle.workload = Workload(512, 128)
     calibrated.run_cycle()
     yield calibrated
     calibrated.close()

@@ -61,7 +61,7 @@ def start(statefile: Any) -> Daemon:
 
 def good_state() -> dict[str, Any]:
     """What a daemon that calibrated and decided saves: every section filled."""
-    state = saved_state(start(None).runtimes)
+    state = saved_state(start(None).sizer.cycles)
     entry = state["deployments"]["llama"]
     obs = Observation(
         rate_rps=1.0, avg_input_tokens=1000.0, avg_output_tokens=500.0, ttft_ms=40.0, itl_ms=8.0
@@ -76,7 +76,7 @@ def test_a_good_state_restores(tmp_path: Path) -> None:
     statefile = StateFile(tmp_path / "state.json")
     statefile.save(good_state())
     daemon = start(statefile)
-    runtime = daemon.runtimes["llama"]
+    runtime = daemon.runtimes["llama"].cycle
     assert len(runtime.tuner.window) == 3 and runtime.workload is not None
     assert list(tmp_path.iterdir()) == [tmp_path / "state.json"]
 
@@ -128,7 +128,7 @@ def test_the_daemon_starts_fresh_after_a_garbage_file(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     path.write_bytes(b"\x00\x01 not json")
     daemon = start(StateFile(path))
-    assert daemon.runtimes["llama"].tuner.window == ()
+    assert daemon.runtimes["llama"].cycle.tuner.window == ()
     assert len(list(tmp_path.glob("state.json.bad-*"))) == 1
 
 
@@ -147,7 +147,7 @@ SHAPES: list[Any] = [
 @pytest.mark.parametrize("state", SHAPES)
 def test_any_shape_of_saved_deployments_starts_fresh(state: dict[str, Any]) -> None:
     daemon = start(GivenState(state))
-    assert daemon.runtimes["llama"].tuner.params == LLAMA  # the configured seed, untouched
+    assert daemon.runtimes["llama"].cycle.tuner.params == LLAMA  # the configured seed, untouched
 
 
 def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -197,7 +197,7 @@ def test_any_mutation_of_a_saved_state_restores_or_starts_fresh(
     state = copy.deepcopy(GOOD)
     for path, value in replacements:
         _replace(state, path, value)
-    runtime = start(GivenState(state)).runtimes["llama"]
+    runtime = start(GivenState(state)).runtimes["llama"].cycle
     assert runtime.tuner is not None
 
 
@@ -250,7 +250,7 @@ def test_a_state_beyond_the_config_bounds_is_not_restored_and_set_aside(
     path = tmp_path / "state.json"
     StateFile(path).save(_poisoned(*poison))
     with caplog.at_level(logging.ERROR):
-        runtime = start(StateFile(path)).runtimes["llama"]
+        runtime = start(StateFile(path)).runtimes["llama"].cycle
     assert runtime.tuner.window == () and runtime.workload is None
     assert runtime.tuner.params == LLAMA  # the configured seed
     assert not path.exists() and len(list(tmp_path.glob("state.json.bad-*"))) == 1

@@ -11,7 +11,7 @@ import yaml
 from exporter.base.errors import ConfigError
 from exporter.config.loader import load_config, parse_config
 from exporter.config.values import DemandKind
-from exporter.daemon.deployment_state import new_tuner
+from exporter.sizing.points import new_tuner
 from model.calibration.prior import GENERIC_PRIOR, Accelerator, default_prior
 
 REPO = Path(__file__).resolve().parents[3]

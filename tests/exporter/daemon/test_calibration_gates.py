@@ -86,9 +86,9 @@ def run(
     try:
         for step in engine.steps(arrivals, windows * WINDOW_S):
             assert step.arms
-            last = ours.runtime.recommender.last
+            last = ours.cycle.recommender.last
             seen.append((
-                ours.runtime.tuner.confidence(),
+                ours.cycle.tuner.confidence(),
                 None if last is None else last.max_rate_per_replica_rps,
             ))  # fmt: skip
     finally:
@@ -98,7 +98,7 @@ def run(
 
 def true_capacity_rps(policy: OursPolicy) -> float:
     """One replica's SLO capacity with the true parameters, for the workload the daemon saw."""
-    runtime = policy.runtime
+    runtime = policy.cycle
     assert runtime.workload is not None
     plan = forecast(runtime.config, TRUTH, runtime.workload, None, size_for_rps=1.0,
                     per_replica_rps=1.0, inputs=runtime.inputs).plan  # fmt: skip

@@ -122,7 +122,7 @@ def test_exposition_has_every_metric_in_base_units(fleet) -> None:  # type: igno
     assert limit == SERVER.max_batch_size
     assert registry.get_sample_value("vllm_sizer_arrival_cv", labels) is None  # no sampler
     # Each tuner point carries the smoothed CVs of its window.
-    window = daemon.runtimes["llama"].tuner.to_dict()["window"]
+    window = daemon.runtimes["llama"].cycle.tuner.to_dict()["window"]
     assert window and all(0.2 < p["input_length_cv"] < 0.5 for p in window)
     assert all(p["arrival_cv"] is None for p in window)
 
@@ -133,7 +133,7 @@ def test_a_dead_source_is_counted_and_keeps_the_calibration(fleet) -> None:  # t
     source = FleetSource(emulated)
     daemon = Daemon(config(), {"llama": source}, registry, emulated.sim_clock)
     cycles(daemon, emulated, clock, 3)
-    before = daemon.runtimes["llama"].params
+    before = daemon.runtimes["llama"].cycle.params
     desired = daemon.collector.snapshot.deployments[0].decision.desired_replicas
     source.down = True
     cycles(daemon, emulated, clock, 2)
@@ -206,16 +206,16 @@ def test_restart_restores_the_calibration(fleet, tmp_path: Path) -> None:  # typ
     for rate in (2.0, 8.0, 4.0, 12.0, 6.0, 16.0):
         emulated.set_rate_rps(rate)
         cycles(first, emulated, clock, 2)  # the second window at each load is steady
-    tuner = first.runtimes["llama"].tuner
+    tuner = first.runtimes["llama"].cycle.tuner
     assert tuner.params is not None and len(tuner.window) >= 5
     # The restarted daemon has no initial parameters: what it knows comes from the state file.
     registry = CollectorRegistry()
     second = Daemon(config(initial=None, state=state), {"llama": FleetSource(emulated)},
                     registry, emulated.sim_clock, StateFile(state))  # fmt: skip
-    restored = second.runtimes["llama"]
+    restored = second.runtimes["llama"].cycle
     assert restored.params == tuner.params  # before any cycle
     assert restored.tuner.window == tuner.window
-    assert restored.workload == first.runtimes["llama"].workload
+    assert restored.workload == first.runtimes["llama"].cycle.workload
     cycles(second, emulated, clock, 1)
     labels = {"deployment": "llama", "model_name": "llama"}
     alpha = registry.get_sample_value("vllm_sizer_model_alpha_seconds", labels)
@@ -244,12 +244,12 @@ def test_a_changed_configuration_reseeds_from_the_saved_estimate(fleet, tmp_path
     first = Daemon(config(state=state), {"llama": FleetSource(emulated)},
                    CollectorRegistry(), emulated.sim_clock, StateFile(state))  # fmt: skip
     cycles(first, emulated, clock, 2)
-    saved = first.runtimes["llama"].params
+    saved = first.runtimes["llama"].cycle.params
     changed = replace(config(initial=None, state=state).deployments[0], tuner=TunerConfig(5, 20))
     second = Daemon(replace(config(state=state), deployments=(changed,)),
                     {"llama": FleetSource(emulated)}, CollectorRegistry(), emulated.sim_clock,
                     StateFile(state))  # fmt: skip
-    tuner = second.runtimes["llama"].tuner
+    tuner = second.runtimes["llama"].cycle.tuner
     assert tuner.window_size == 20 and tuner.params == saved
 
 
@@ -295,7 +295,7 @@ def test_a_recovery_from_a_change_ends_while_pods_churn(fleet) -> None:  # type:
     for rate in (2.0, 6.0, 4.0, 8.0, 3.0, 7.0, 5.0):
         emulated.set_rate_rps(rate)
         cycles(daemon, emulated, clock, 2)  # the second window at each load is steady
-    tuner = daemon.runtimes["llama"].tuner
+    tuner = daemon.runtimes["llama"].cycle.tuner
     assert tuner.fit_count > 0 and tuner.to_dict()["since_change"] is None
     # The deployment slows by half: every metric 1.5x the last points'.
     for point in list(tuner.window)[-4:]:

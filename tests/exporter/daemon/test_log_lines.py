@@ -68,7 +68,7 @@ def test_an_unexpected_error_is_one_line_with_its_cause(  # type: ignore[no-unty
         raise RuntimeError("boom")
 
     cycles(daemon, emulated, clock, 1)  # a first decision to keep
-    monkeypatch.setattr(daemon.runtimes["llama"].recommender, "decide", boom)
+    monkeypatch.setattr(daemon.runtimes["llama"].cycle.recommender, "decide", boom)
     with caplog.at_level(logging.DEBUG, logger="exporter.daemon.daemon"):
         cycles(daemon, emulated, clock, 1)
     errors = records(caplog, logging.ERROR)
@@ -90,7 +90,7 @@ def test_an_unexpected_error_in_a_first_cycle_publishes_the_other_deployments(  
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(daemon.runtimes["llama"].recommender, "decide", boom)
+    monkeypatch.setattr(daemon.runtimes["llama"].cycle.recommender, "decide", boom)
     clock.advance(30.0)
     emulated.sync()
     snapshot = daemon.run_cycle()  # raised before: no decision yet to publish for llama

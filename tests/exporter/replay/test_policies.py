@@ -54,7 +54,7 @@ def test_ours_proposes_the_daemons_hand_over_count_while_uncalibrated() -> None:
     policy = _ours()
     try:
         proposal = policy.decide(view, 1.0, 2)
-        last = policy.runtime.recommender.last
+        last = policy.cycle.recommender.last
     finally:
         policy.close()
     assert last is not None and last.reason.value == "handover"

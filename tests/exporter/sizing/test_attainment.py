@@ -153,7 +153,7 @@ def test_the_daemon_exports_attainment_over_its_slo_window(fleet) -> None:  # ty
     assert exact is not None and low is not None and high is not None
     assert 0.0 <= low < high <= 1.0
     requests = get("vllm_sizer_observed_slo_window_requests", key)
-    assert requests == daemon.runtimes["llama"].slo_window.requests() > 0
+    assert requests == daemon.runtimes["llama"].cycle.slo_window.requests() > 0
 
 
 def predicted(window: SloWindow, target: PercentileTarget, share: float, cycles: int) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 
-from exporter.sizing.handover import Handover, HandoverBasis, TrustedEstimate
+from exporter.sizing.cycle import DeploymentCycle
+from exporter.sizing.handover import Handover, HandoverBasis, handover
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import Recommender
-from model import ServiceParams
+from model import ServiceParams, Tuner
 from model.calibration.trust import TRUSTED_CONFIDENCE
 from tests.exporter.sizing.test_recommender import CAPACITY, LLAMA, SHAPE, deployment, observation
 
@@ -17,16 +18,22 @@ PRIOR = Handover(LLAMA, HandoverBasis.PRIOR)
 WRONG = ServiceParams(6.68, 0.2, 5.52e-4)
 
 
-def test_trusted_estimate_comes_first_then_the_seed_then_the_prior() -> None:
+def test_the_seed_comes_first_then_the_prior() -> None:
     seed, prior = ServiceParams(5.0, 0.03, 6e-5), ServiceParams(5.0, 0.05, 5e-5)
-    kept = TrustedEstimate()
-    assert kept.handover(None, prior) == Handover(prior, HandoverBasis.PRIOR)
-    assert kept.handover(seed, prior) == Handover(seed, HandoverBasis.SEED)
-    assert not kept.note(TRUSTED_CONFIDENCE - 0.01, LLAMA)  # not trusted: not kept
-    assert kept.params is None
-    assert kept.note(TRUSTED_CONFIDENCE, LLAMA)
-    assert kept.handover(seed, prior) == Handover(LLAMA, HandoverBasis.TRUSTED)
-    assert not kept.note(0.0, WRONG) and kept.params == LLAMA  # a later untrusted one is not
+    assert handover(None, prior) == Handover(prior, HandoverBasis.PRIOR)
+    assert handover(seed, prior) == Handover(seed, HandoverBasis.SEED)
+
+
+def test_the_hand_over_lasts_until_the_first_estimate_and_never_returns() -> None:
+    dep = deployment(min_replicas=1)
+    cycle = DeploymentCycle(dep)
+    first = cycle.handover()
+    assert first is not None and first.basis is HandoverBasis.PRIOR
+    assert DeploymentCycle(deployment(initial_params=LLAMA)).handover() is None  # seeded
+    cycle.tuner = Tuner.from_dict({**cycle.tuner.to_dict(), "params": LLAMA.to_dict(),
+                                   "state": "fitted", "reason": "accepted"})  # fmt: skip
+    assert cycle.handover() is None
+    assert cycle.tuner.confidence() < TRUSTED_CONFIDENCE  # untrusted: still no hand-over
 
 
 def test_the_count_does_not_depend_on_the_replicas_serving() -> None:

@@ -205,6 +205,8 @@ def test_steady_traffic_keeps_the_factor_at_one() -> None:
 
 
 def test_the_daemon_sizes_with_the_factor_and_exports_it_with_its_reason() -> None:
+    from exporter.daemon.daemon import deployment_status
+    from exporter.daemon.exposition import CycleSnapshot, SnapshotCollector
     from exporter.replay.policies import OursPolicy
 
     dep = replace(_deployment(), initial_params=LLAMA)
@@ -219,14 +221,16 @@ def test_the_daemon_sizes_with_the_factor_and_exports_it_with_its_reason() -> No
                 generated_tokens_rps=0.0, peak_waiting=0, replica_starting=False,
             )  # fmt: skip
             policy.decide(view, t, 1)
-        families = {f.name: f for f in policy.daemon.collector.collect()}
-        last = policy.runtime.recommender.last
+        collector = SnapshotCollector()  # what the daemon publishes after this cycle
+        collector.publish(CycleSnapshot((deployment_status(policy.cycle, obs, None),)))
+        families = {f.name: f for f in collector.collect()}
+        last = policy.cycle.recommender.last
     finally:
         policy.close()
     factor = families["vllm_sizer_headroom_factor"].samples[0].value
-    assert factor > 1.0 and factor == policy.runtime.headroom.state.factor
+    assert factor > 1.0 and factor == policy.cycle.headroom.state.factor
     assert last is not None and last.sizing_rate_rps is not None
     assert last.sizing_rate_rps >= factor * 10.0  # the rate sized for carries the factor
     current = [s.labels["reason"] for s in families["vllm_sizer_headroom_reason"].samples
                if s.value == 1.0]  # fmt: skip
-    assert current == [policy.runtime.headroom.state.reason.value]
+    assert current == [policy.cycle.headroom.state.reason.value]

@@ -36,9 +36,9 @@ def test_one_overloaded_replica_asks_for_two_or_three(seed: int) -> None:
     counts, trusted = [], []
     for view in views:
         counts.append(arm.decide(view, view.observation.end_time_s, 1).value)
-        trusted.append(is_trusted(arm.runtime.tuner.confidence()))
+        trusted.append(is_trusted(arm.cycle.tuner.confidence()))
     after = counts[WARM_UP:]
     assert all(2 <= c <= 3 for c in after), counts
     # Partial fits at one operating point: the calibration is never trusted on its own.
-    partial = not all(arm.runtime.tuner.identified)
-    assert not (partial and trusted[-1]), (arm.runtime.tuner.identified, trusted)
+    partial = not all(arm.cycle.tuner.identified)
+    assert not (partial and trusted[-1]), (arm.cycle.tuner.identified, trusted)

@@ -43,7 +43,7 @@ def test_predict_returns_target_and_asked_percentiles(fleet) -> None:  # type: i
         cycles(daemon, emulated, clock, 2)
         with urlopen(url + "&percentiles=99.9,50,95") as resp:
             body = json.loads(resp.read())
-        runtime = daemon.runtimes["llama"]
+        runtime = daemon.runtimes["llama"].cycle
         assert runtime.params is not None and runtime.workload is not None
         # The daemon's model inputs: the configured ones with the measured traffic shape.
         inputs = runtime.inputs or ModelInputs(dep.model, SERVER)

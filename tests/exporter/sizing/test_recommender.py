@@ -206,18 +206,29 @@ def test_running_fluctuations_without_waiting_are_not_saturation() -> None:
 def test_look_ahead_sizes_for_the_rising_trend() -> None:
     plain, ahead = Recommender(deployment()), Recommender(deployment(look_ahead_s=90.0))
     # A ramp of 0.5 capacity per 30 s window; 90 s ahead the load is 1.5 capacities higher.
+    trend: list[tuple[float, float]] = []
     for k in range(4):
         rate = (1.0 + 0.5 * k) * CAPACITY
-        now = plain.decide(30.0 * k, observation(rate, 3), LLAMA, SHAPE)
-        later = ahead.decide(30.0 * k, observation(rate, 3), LLAMA, SHAPE)
+        trend.append((30.0 * k, rate))
+        now = plain.decide(30.0 * k, observation(rate, 3), LLAMA, SHAPE, trend=trend)
+        later = ahead.decide(30.0 * k, observation(rate, 3), LLAMA, SHAPE, trend=trend)
     assert now.sizing_rate_rps == pytest.approx(2.5 * CAPACITY)
     assert later.sizing_rate_rps == pytest.approx(4.0 * CAPACITY)
     assert (now.desired_replicas, later.desired_replicas) == (3, 4)
     # A falling trend is not anticipated: scale-down stays with the stabilization window.
     falling = Recommender(deployment(look_ahead_s=90.0))
+    trend = []
     for k in range(4):
-        last = falling.decide(30.0 * k, observation((3.0 - 0.5 * k) * CAPACITY, 3), LLAMA, SHAPE)
+        rate = (3.0 - 0.5 * k) * CAPACITY
+        trend.append((30.0 * k, rate))
+        last = falling.decide(30.0 * k, observation(rate, 3), LLAMA, SHAPE, trend=trend)
     assert last.sizing_rate_rps == pytest.approx(1.5 * CAPACITY)
+    # Only the last TREND_WINDOWS windows count: an old dip does not tilt today's trend.
+    steady = Recommender(deployment(look_ahead_s=90.0))
+    old = [(-30.0 * k, 0.1 * CAPACITY) for k in range(6, 0, -1)]
+    flat = [*old, *[(30.0 * k, 2.0 * CAPACITY) for k in range(4)]]
+    held = steady.decide(90.0, observation(2.0 * CAPACITY, 3), LLAMA, SHAPE, trend=flat)
+    assert held.sizing_rate_rps == pytest.approx(2.0 * CAPACITY)
 
 
 def test_a_rate_just_under_a_replica_boundary_is_sized_with_its_counting_margin() -> None:

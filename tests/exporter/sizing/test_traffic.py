@@ -282,7 +282,7 @@ def run_preempting(preempt_at: int) -> tuple[list[bool | None], int]:
             flags.append(daemon.collector.snapshot.deployments[0].saturated)
             source.advance()
             clock.advance(WINDOW_S)
-        return flags, len(daemon.runtimes["d"].tuner.to_dict()["window"])
+        return flags, len(daemon.runtimes["d"].cycle.tuner.to_dict()["window"])
     finally:
         daemon.close()
 

@@ -73,7 +73,7 @@ def run_daemon(kind: LengthKind, cv: float, hit_share: float = 0.0, *,
             for _ in range(int(CYCLE_S)):
                 clock.advance(1.0)
                 fleet.sync()
-        return DaemonRun(capacities, daemon.runtimes["d"].params, target_ms)
+        return DaemonRun(capacities, daemon.runtimes["d"].cycle.params, target_ms)
     finally:
         daemon.close()
         fleet.stop()

@@ -12,15 +12,10 @@ import numpy as np
 import pytest
 
 from bench.lib.single_shape import saturation_rate_rps, simulate_windows, wandering_profile
-from exporter.collector.observations import WindowTracker
 from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig, TunerConfig
-from exporter.daemon.deployment_state import (
-    DeploymentRuntime,
-    new_tuner,
-    restore_state,
-    tuner_observation,
-)
-from exporter.sizing.recommender import Recommender
+from exporter.daemon.deployment_state import restore_state
+from exporter.sizing.cycle import DeploymentCycle
+from exporter.sizing.points import tuner_observation
 from model import (
     Observation,
     ServerConfig,
@@ -136,16 +131,6 @@ def test_a_saturated_window_cannot_steer_a_cold_fit(points: list[Observation]) -
     assert capacity(steered) == pytest.approx(capacity(clean), rel=0.15)
 
 
-def _runtime(dep: DeploymentConfig) -> DeploymentRuntime:
-    return DeploymentRuntime(
-        config=dep,
-        source=None,  # type: ignore[arg-type]  # never read here
-        tuner=new_tuner(dep),
-        recommender=Recommender(dep),
-        tracker=WindowTracker(dep.name),
-    )
-
-
 def test_a_restart_under_changed_settings_recalibrates(points: list[Observation]) -> None:
     dep = DeploymentConfig(
         name="llama", model_name="llama", source=SourceConfig(scrape_urls=("http://x:1/",)),
@@ -154,7 +139,7 @@ def test_a_restart_under_changed_settings_recalibrates(points: list[Observation]
     # The saved estimate is 2x off in beta and gamma; the restart comes with a wider window.
     saved = Tuner(SERVER, initial=ServiceParams(TRUTH.alpha_ms, 2 * TRUTH.beta_ms, 4e-4))
     state = {"deployments": {"llama": {"tuner": saved.to_dict(), "workload": list(SHAPE)}}}
-    runtime = _runtime(replace(dep, tuner=TunerConfig(window=12)))
+    runtime = DeploymentCycle(replace(dep, tuner=TunerConfig(window=12)))
     restore_state(json.loads(json.dumps(state)), {"llama": runtime}, now_s=0.0)
     assert runtime.tuner.window_size == 12 and runtime.tuner.params == saved.params
     published = sum(runtime.tuner.update(obs).success for obs in points)
@@ -209,7 +194,9 @@ def test_a_window_with_an_unobserved_pod_spans_every_pod_in_the_recent_rates() -
         name="llama", model_name="llama", source=SourceConfig(scrape_urls=("http://x:1/",)),
         server=SERVER, slo=SloConfig(itl_ms=ITL_SLO_MS),
     )  # fmt: skip
-    runtime = _runtime(dep)
-    runtime.note_rate(replace(observation(3.0, 2), unobserved_pods=1))
-    runtime.note_rate(observation(2.0, 2))
-    assert list(runtime.rates) == [pytest.approx((1.0, 30.0)), pytest.approx((1.0, 30.0))]
+    runtime = DeploymentCycle(dep)
+    runtime.rates.add(replace(observation(3.0, 2), unobserved_pods=1), 30.0)
+    runtime.rates.add(observation(2.0, 2), 60.0)
+    assert list(runtime.rates.per_pod()) == [
+        pytest.approx((1.0, 30.0)), pytest.approx((1.0, 30.0))
+    ]

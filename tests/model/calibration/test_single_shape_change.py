@@ -14,9 +14,9 @@ import pytest
 
 from bench.lib.single_shape import saturation_rate_rps, shifted, simulate_windows, wandering_profile
 from exporter.config.values import DeploymentConfig, SloConfig, SourceConfig
-from exporter.daemon.deployment_state import tuner_observation
 from exporter.replay.perfect import WindowView
 from exporter.sizing.forecast import forecast
+from exporter.sizing.points import tuner_observation
 from model import Observation, ServerConfig, ServiceParams, Tuner, Workload
 from model.simulation.workloads import RateProfile
 

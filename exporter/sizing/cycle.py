@@ -1,0 +1,242 @@
+"""A sizing cycle's two phases, below any I/O: observe each window, decide over all. Each
+deployment observes its window into an `Estimate`, then one decision is made over every
+deployment's estimate.
+
+`DeploymentCycle.observe` is pure state-keeping (no threads, clock or I/O): the deployment's
+recent windows, its traffic shape, its tuner, the latency histograms of its SLO window, the
+evidence its tuner points give and the headroom its misses ask for. `Sizer.decide` turns the
+estimates into counts: today each deployment alone, by its recommender; a fleet plan across
+deployments takes their estimates the same way. The daemon reads, observes, decides and
+publishes (exporter/daemon/daemon.py); a replay calls the same two phases on the windows it
+simulated (exporter/replay/policies.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter.collector.observations import DeploymentObservation, ObservationStatus
+from exporter.collector.pod_observation import Problem
+from exporter.config.values import DeploymentConfig
+from exporter.sizing.attainment import SloWindow
+from exporter.sizing.evidence import with_past_misses
+from exporter.sizing.handover import Handover, handover
+from exporter.sizing.headroom import HeadroomController
+from exporter.sizing.history import RateHistory
+from exporter.sizing.points import new_tuner, steady, tuner_observation
+from exporter.sizing.recommender import Decision, Recommender
+from exporter.sizing.traffic import ModelInputs, TrafficTracker, model_inputs, used_cvs
+from model import Observation, PercentileTarget, ServiceParams, Workload
+from model.calibration.estimate import TunerEstimate
+from model.calibration.trust import ModelBias, is_trusted
+from model.calibration.tuner import Tuner
+
+# Tuner points whose misses bound the capacity (exporter.sizing.evidence.with_past_misses): an
+# hour of 30 s cycles, longer than the tuner's window on purpose.
+EVIDENCE_WINDOWS = 120
+
+# A window reaches the tuner when the per-pod load its latencies were made at, over the window
+# and a request lifetime before it, is within this fraction of the window's own: latencies lag
+# a load step by about a lifetime, and within a lifetime of steady load they do not. Judged per
+# pod over the pods that served through the window, so pods coming or going (the others' share
+# moves) and bursts shorter than the window do not keep a changing fleet from calibrating.
+MAX_RATE_CHANGE = 0.25
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """One deployment's state after observing a window: what its decision is made from.
+
+    `observation` is None when the cycle read nothing (the source failed); the estimate then
+    carries the tuner's parameters alone. `problems` and `warnings` are what the window showed
+    that the caller counts and logs (the cycle itself neither counts nor logs)."""
+
+    deployment: str
+    now_s: float
+    observation: DeploymentObservation | None
+    calibration: TunerEstimate  # the tuner's, after this window
+    params: ServiceParams | None  # the parameters sized with (the tuner's)
+    bias: ModelBias | None = None
+    workload: Workload | None = None  # the request shape sized for (None: not read)
+    inputs: ModelInputs | None = None  # the model's options and limits for the traffic
+    demand: float | None = None  # the scale_from_zero query's value (None: not read)
+    shortfalls: Mapping[PercentileTarget, float] = field(default_factory=dict)
+    handover: Handover | None = None  # what sizes while the calibration has no estimate
+    evidence: Sequence[Observation] = ()  # the points that bound capacity
+    trusted: bool = True
+    headroom: float = 1.0  # the factor the rate is sized for times
+    trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
+    problems: tuple[Problem, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """What holds across deployments when they are decided together (the accelerators there
+    are, when the fleet plan sizes them). None yet: each deployment is decided alone."""
+
+
+class DeploymentCycle:
+    """One deployment's sizing state: its recent windows, traffic shape, tuner, SLO window,
+    evidence, headroom and recommender. `observe` a window, then `decide` on the estimate."""
+
+    def __init__(self, config: DeploymentConfig, tuner: Tuner | None = None) -> None:
+        self.config = config
+        self.tuner = tuner or new_tuner(config)
+        self.recommender = Recommender(config)
+        self.traffic = TrafficTracker()  # the request shape and the model's traffic inputs
+        self.workload: Workload | None = None  # the shape sized for (restored, or the traffic's)
+        self.inputs: ModelInputs | None = None  # what the model was last evaluated with
+        self.rates = RateHistory()  # steadiness, tuner points' rates and the look-ahead's trend
+        self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
+        self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
+        self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
+
+    @property
+    def params(self) -> ServiceParams | None:
+        """The tuner's estimate (it starts from the configured initial parameters, if any)."""
+        return self.tuner.params
+
+    def observe(
+        self,
+        obs: DeploymentObservation | None,
+        now_s: float,
+        *,
+        dispersion: tuple[float, float] | None = None,
+        demand: float | None = None,
+    ) -> Estimate:
+        """Take one window in (None: the cycle read nothing) at time `now_s` (s): its request
+        shape and rate, its traffic measurements (with the arrival sampler's (index of
+        dispersion, requests) over it, if any), a tuner point when it is one; `demand` is the
+        scale_from_zero query's value (None: not read)."""
+        if obs is None:
+            return Estimate(
+                deployment=self.config.name, now_s=now_s, observation=None,
+                calibration=self.tuner.estimate(), params=self.params, demand=demand,
+            )  # fmt: skip
+        dep = self.config
+        problems: list[Problem] = []
+        warnings: list[str] = []
+        if obs.windows:
+            self.slo_window.add(obs.end_time_s, obs.windows)
+        self.rates.add(obs, now_s)
+        shape = self.traffic.update(obs, dispersion)
+        if self.traffic.unusable_shape is not None:
+            warnings.append(f"{dep.name}: unusable request shape: {self.traffic.unusable_shape}")
+        if self.traffic.workload is not None:  # else the restored one, if any
+            self.workload = self.traffic.workload
+        self.inputs = model_inputs(dep, shape, self.workload)
+        self._tune(obs, problems, warnings)
+        estimate, handover = self.tuner.estimate(), self.handover()
+        evidence = with_past_misses(estimate.window, self.evidence, dep.slo)
+        headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
+        return Estimate(
+            deployment=dep.name, now_s=now_s, observation=obs, calibration=estimate,
+            params=estimate.params, bias=estimate.bias, workload=self.workload,
+            inputs=self.inputs, demand=demand,
+            shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
+            evidence=evidence, trusted=is_trusted(estimate.confidence), headroom=headroom.factor,
+            trend=self.rates.trend(), problems=tuple(problems), warnings=tuple(warnings),
+        )  # fmt: skip
+
+    def decide(self, estimate: Estimate) -> Decision:
+        """This deployment's decision alone, by its recommender; the model's percentiles at it
+        are kept beside the observed ones (exporter.sizing.attainment)."""
+        obs = estimate.observation
+        decision = self.recommender.decide(
+            estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
+            estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
+            handover=estimate.handover, evidence=estimate.evidence, trusted=estimate.trusted,
+            headroom=estimate.headroom, trend=estimate.trend,
+        )  # fmt: skip
+        if obs is not None:
+            self.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
+        return decision
+
+    def handover(self) -> Handover | None:
+        """What the sizer counts on while the calibration has no estimate of its own (None: it
+        has one). An estimate not trusted yet still sizes, bounded by its own windows' evidence
+        (exporter.sizing.evidence): a fit at one operating point is never trusted on its own,
+        and the prior knows this fleet less than that fit does. The tuner's estimate, once
+        there, is only ever replaced by another (model.calibration.tuner), so the hand-over
+        happens before the first estimate only."""
+        tuner = self.tuner
+        if tuner.params is not None:
+            return None
+        return handover(tuner.initial, tuner.prior.centre)
+
+    def _tune(
+        self, obs: DeploymentObservation, problems: list[Problem], warnings: list[str]
+    ) -> None:
+        """Feed the window to the tuner as a per-replica point when it is one, else tell the
+        tuner a cycle passed without one (`Tuner.idle`: a recovery must not wait for points)."""
+        if (point := self._point(obs, problems, warnings)) is None:
+            self.tuner.idle()
+        else:
+            self.tuner.update(point)
+            self.evidence.append(point)
+
+    def _point(
+        self, obs: DeploymentObservation, problems: list[Problem], warnings: list[str]
+    ) -> Observation | None:
+        """The window as a tuner point, or None when it is not one to fit."""
+        if obs.status is not ObservationStatus.OK or obs.observed_pods == 0:
+            return None
+        if obs.unobserved_pods:  # the load of some pods is an estimate: not a point to fit
+            return None
+        if None in (obs.ttft_ms, obs.itl_ms, obs.avg_input_tokens, obs.avg_output_tokens):
+            return None
+        if not steady(self.rates.per_pod(), obs, MAX_RATE_CHANGE):
+            problems.append(Problem.NON_STATIONARY)
+            return None
+        cvs = used_cvs(self.config, self.traffic.shape)
+        try:
+            rates = self.rates.per_pod()
+            return tuner_observation(obs, self.config.server.max_batch_size, cvs, rates)
+        except ValueError as exc:
+            warnings.append(f"{self.config.name}: observation not usable by the tuner: {exc}")
+            problems.append(Problem.INVALID_OBSERVATION)
+            return None
+
+
+class Sizer:
+    """Every deployment's cycle: observe each, then decide over all of them."""
+
+    def __init__(self, deployments: Iterable[DeploymentConfig]) -> None:
+        self.cycles = {dep.name: DeploymentCycle(dep) for dep in deployments}
+
+    def observe(
+        self,
+        deployment: str,
+        obs: DeploymentObservation | None,
+        now_s: float,
+        *,
+        dispersion: tuple[float, float] | None = None,
+        demand: float | None = None,
+    ) -> Estimate:
+        """One deployment's window (DeploymentCycle.observe)."""
+        return self.cycles[deployment].observe(obs, now_s, dispersion=dispersion, demand=demand)
+
+    def decide(
+        self,
+        estimates: Mapping[str, Estimate],
+        constraints: Constraints | None = None,
+        *,
+        on_error: Callable[[str, Exception], None] | None = None,
+    ) -> dict[str, Decision]:
+        """The decision of each deployment with an estimate, by deployment: without
+        constraints across them, each alone by its recommender. A deployment whose decision
+        raises is handed to `on_error` (when given: else the error propagates) and left out,
+        so the others are still decided."""
+        del constraints  # nothing holds across deployments yet (Constraints)
+        decisions: dict[str, Decision] = {}
+        for name, estimate in estimates.items():
+            try:
+                decisions[name] = self.cycles[name].decide(estimate)
+            except Exception as exc:  # handed to the caller's per-deployment guard
+                if on_error is None:
+                    raise
+                on_error(name, exc)
+        return decisions
