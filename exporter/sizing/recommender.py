@@ -257,7 +257,10 @@ class Recommender:
         plan = outlook.plan
         # An untrusted estimate scales down no further than the served rates support.
         floor_from = None if self._trusted else current
-        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from)
+        checked = bounded(
+            outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from,
+            trusted=self._trusted,
+        )  # fmt: skip
         extra = {
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": checked.capacity_rps,
