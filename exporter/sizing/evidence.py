@@ -103,6 +103,12 @@ class Envelope:
         capacity = model_rps if floor is None else max(model_rps, floor)
         return capacity if self.missed_rps is None else min(capacity, self.missed_rps)
 
+    def claim(self, model_rps: float, trusted: bool) -> float:
+        """The capacity published for a model capacity `model_rps`: within
+        `untested_ceilings`, then moved into the envelope (`capacity`)."""
+        ceilings = self.untested_ceilings(trusted)
+        return self.capacity(model_rps if ceilings is None else min(model_rps, ceilings[0]))
+
     def extrapolation_ratio(self, rate_rps: float | None) -> float | None:
         """How far `rate_rps` lies outside the points' rates: rate / highest above them,
         lowest / rate below them, 1 within; None without a rate or points."""
@@ -188,13 +194,12 @@ def bounded(
     the sizing rate needs at it; below `current` replicas, not past `scale_down_floor`; an
     estimate not `trusted` within `Envelope.untested_ceilings`."""
     replicas, capacity_rps = outlook.plan.replicas, outlook.plan.capacity.rate_rps
-    model_capacity, model_saturation = capacity_rps, outlook.saturation_rate_per_replica_rps
+    saturation_rps = outlook.saturation_rate_per_replica_rps
     ceilings = env.untested_ceilings(trusted)
     if ceilings is not None:
-        model_capacity = min(model_capacity, ceilings[0])
-        model_saturation = min(model_saturation, ceilings[1])
-    saturation = env.saturation(model_saturation)
-    capacity = env.capacity(model_capacity)
+        saturation_rps = min(saturation_rps, ceilings[1])
+    saturation = env.saturation(saturation_rps)
+    capacity = env.claim(capacity_rps, trusted)
     bound = not (math.isclose(capacity, capacity_rps) or capacity <= 0)
     if bound:
         replicas = max(1, math.ceil(sizing_rate_rps / capacity - 1e-9))
