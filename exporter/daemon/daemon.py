@@ -142,6 +142,7 @@ class Daemon:
             name: ServedEstimate(
                 config=runtime.config, tuner=runtime.tuner.estimate(), workload=runtime.workload,
                 inputs=runtime.inputs, current_replicas=_current_replicas(runtime),
+                slope_known=runtime.slope_known,
             )
             for name, runtime in self.runtimes.items()
         })  # fmt: skip
@@ -227,7 +228,7 @@ class Daemon:
             now_s, obs, estimate.params, runtime.workload, estimate.bias, runtime.inputs,
             demand=demand, shortfalls=runtime.slo_window.shortfalls(dep.slo.percentiles),
             handover=handover, evidence=evidence, trusted=is_trusted(estimate.confidence),
-            headroom=headroom.factor,
+            slope_known=runtime.slope_known, headroom=headroom.factor,
         )  # fmt: skip
         runtime.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         self._log(runtime, decision)

@@ -99,6 +99,13 @@ class DeploymentRuntime:
         return self.trusted.handover(tuner.initial, tuner.prior.centre)
 
     @property
+    def slope_known(self) -> bool:
+        """How latency grows with load is known beyond the tuner's window: an estimate was
+        trusted since the start, or the operator configured `initial_params`; either holds the
+        tuner's prior where a partial fit leaves it open (exporter.sizing.evidence)."""
+        return self.trusted.params is not None or self.config.initial_params is not None
+
+    @property
     def params(self) -> ServiceParams | None:
         """The tuner's estimate (it starts from the configured initial parameters, if any)."""
         return self.tuner.params

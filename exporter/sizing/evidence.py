@@ -27,7 +27,11 @@ A model capacity outside the envelope is moved to its edge and the count sized f
 decision's reason then says `evidence_bound`.
 
 Beyond the observed rates, an estimate not trusted whose points sit at one operating point
-(`model.calibration.trust.spread_loads`) claims no more than the data identified. One load pins
+(`model.calibration.trust.spread_loads`), on a deployment none of whose estimates was trusted
+since the daemon started and without configured parameters (once one was trusted, or with a
+seed, the tuner's prior holds the growth with load through a later partial fit: after a
+detected change the window restarts with a few points at one load), claims no more than the
+data identified. One load pins
 the mean TTFT and ITL there but not how they grow with load: every split of alpha against the
 load parts that predicts the same point is consistent with the windows, and the steepest, alpha
 at its lower bound (`model.calibration.split`), saturates just past the observed load (points at
@@ -36,8 +40,8 @@ an estimate's capacity is at most UNTESTED_STEP x the rate served within the tar
 of the points served: the highest is the operating point plus its arrival noise), the step a
 scale-down from untrusted sizing may take (`scale_down_floor`): the next windows test it, and a
 miss there becomes the missed bound. Its saturation is at most that step past the highest stable
-rate (not below the capacity), and a what-if above the capacity takes the steepest split's
-latencies where they are higher (`steep_latencies_ms`).
+rate (not below the capacity), and a what-if above that saturation takes the steepest split's
+latencies where they are higher (`steep_latencies_ms`): unstable, as the saturation says.
 """
 
 from __future__ import annotations

@@ -141,6 +141,7 @@ class Recommender:
         evidence: Sequence[Observation] = (),
         headroom: float = 1.0,
         trusted: bool = True,
+        slope_known: bool = False,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -149,9 +150,15 @@ class Recommender:
         the observations say the model over-promises; `evidence` (windows) bounds capacity,
         whichever parameters size it; `handover` (the calibration is not trusted) replaces
         `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
-        x `headroom` (exporter.sizing.headroom)."""
+        x `headroom` (exporter.sizing.headroom); an estimate not `trusted`, on a deployment
+        where how latency grows with load is not `slope_known` otherwise (a trusted estimate
+        since the start, configured parameters), claims no more than its windows identified
+        (`Envelope.untested_ceilings`)."""
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
+        # Once an estimate was trusted (or parameters configured), the tuner's prior holds how
+        # latency grows with load (model/calibration/memory.py) through a later partial fit.
+        self._slope_known = trusted or slope_known
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -259,7 +266,7 @@ class Recommender:
         floor_from = None if self._trusted else current
         checked = bounded(
             outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from,
-            trusted=self._trusted,
+            trusted=self._slope_known,
         )  # fmt: skip
         extra = {
             "sizing_rate_rps": sizing_rate,

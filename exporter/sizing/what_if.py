@@ -116,6 +116,7 @@ class ServedEstimate:
     workload: Workload | None
     inputs: ModelInputs | None
     current_replicas: int | None
+    slope_known: bool = False  # DeploymentRuntime.slope_known
 
 
 def predict(
@@ -127,9 +128,10 @@ def predict(
     if params is None or workload is None:
         raise LookupError(f"deployment {served.config.name!r} has no calibrated model yet")
     count = replicas or served.current_replicas or 1
+    trusted = is_trusted(served.tuner.confidence) or served.slope_known
     return what_if(
         served.config, params, workload, served.tuner.bias, rate_rps, count, quantiles,
-        served.inputs, served.tuner.window, trusted=is_trusted(served.tuner.confidence),
+        served.inputs, served.tuner.window, trusted=trusted,
     )  # fmt: skip
 
 
@@ -166,8 +168,9 @@ def what_if(
     checked = bounded(outlook, rate_rps, env, trusted=trusted)
     ttft_ms, itl_ms = latency_floor_ms(per_replica, outlook.ttft_ms, outlook.itl_ms, env)
     stable = outlook.stable
-    if env.untested_ceilings(trusted) is not None and per_replica > checked.capacity_rps:
-        # Past what one operating point identified: the steepest split it allows bounds it.
+    if env.untested_ceilings(trusted) is not None and per_replica > checked.saturation_rps:
+        # Past the saturation one operating point supports: the steepest split it allows
+        # bounds the latencies (it saturates there), so the answer agrees with that figure.
         ttft_ms, itl_ms = steep_latencies_ms(
             params, workload, inputs, model_rate, (ttft_ms, itl_ms), env
         )

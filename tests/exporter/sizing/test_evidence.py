@@ -188,6 +188,12 @@ def test_an_untrusted_fit_at_one_operating_point_claims_one_step_past_it() -> No
     assert untrusted.max_rate_per_replica_rps == pytest.approx(UNTESTED_STEP * 6.5)
     assert untrusted.saturation_rate_per_replica_rps == pytest.approx(UNTESTED_STEP * 6.9)
     assert untrusted.reason is Reason.EVIDENCE_BOUND and untrusted.desired_replicas == 2
+    # An estimate trusted earlier (a change since reset the window to a few points): the
+    # tuner's prior keeps what it identified of the growth with load, no ceiling.
+    before = Recommender(dep).decide(
+        0.0, obs, ALPHA_HEAVY, SHAPE, evidence=ONE_POINT, trusted=False, slope_known=True
+    )
+    assert before.max_rate_per_replica_rps == pytest.approx(trusted.max_rate_per_replica_rps)
     # Loads spread over more than one operating point: how latency grows was seen, no ceiling.
     spread = [point(r, 20.0 + 3.0 * r, 8.0 + 0.5 * r) for r in (2.0, 3.0, 4.5, 5.5, 6.5)]
     wide = Recommender(dep).decide(0.0, obs, ALPHA_HEAVY, SHAPE, evidence=spread, trusted=False)
