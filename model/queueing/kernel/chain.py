@@ -25,11 +25,13 @@ from model.queueing.kernel.jit import compiled
 from model.queueing.kernel.table import (
     CUM_LOG_MU,
     CUM_LOG_MU_B,
+    INV_MU,
     LOG_MU_B,
     MAX_MU,
     MIN_MU,
     MU,
     TAU,
+    WHOLE,
     ensure_logs,
 )
 
@@ -94,6 +96,7 @@ def unit_weights(
     exact); returns (sum w, sum i w, lowest, highest interior state filled). Of a lazy row's
     logs (kernel/table.py) only those up to the peak and of states rebuilt are computed."""
     tau, mu, min_mu = states[row, TAU], states[row, MU], states[row, MIN_MU]
+    inv_mu, whole = states[row, INV_MU], rows[row, WHOLE] > 0.0
     cum = states[row, CUM_LOG_MU]
     top = first_peak(states, row, big_b, lam)
     ensure_logs(states, rows, row, top)
@@ -123,7 +126,8 @@ def unit_weights(
     x, high = 1.0, min(top, big_b - 1)
     for i in range(top + 1, big_b):
         if x >= RESEED:
-            x = x * (lam * (tau[i - 1] / float(i)))  # 1 / mu_i, computed where it is needed
+            # 1 / mu_i: a lazy row's computed where it is needed, the same number.
+            x = x * (lam * (inv_mu[i - 1] if whole else tau[i - 1] / float(i)))
         else:
             x = _rebuilt(states, rows, row, i, log_lam, log_top)
         w[i] = x

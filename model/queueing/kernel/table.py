@@ -41,12 +41,15 @@ FloatArray = NDArray[np.float64]
 
 # Fields of `states` (rows, STATE_FIELDS, B + 1). MAX_MU: max_{j<=i} mu_j; MIN_MU:
 # min_{j>=i} mu_j (they bound where the chain's weights can still rise).
-CHUNKS, W_PREF, TAU, LOG_MU, CUM_LOG_MU, MU, MAX_MU, MIN_MU = range(8)
-STATE_FIELDS = 8
+CHUNKS, W_PREF, TAU, LOG_MU, CUM_LOG_MU, MU, MAX_MU, MIN_MU, INV_MU = range(9)
+STATE_FIELDS = 9
+# INV_MU: 1 / mu_i = tau(i) / i, in whole rows only (a lazy row's solve divides where it needs
+# it: the same number).
 # Fields of `rows` (rows, ROW_FIELDS). LOGGED: LOG_MU and CUM_LOG_MU hold states 1..LOGGED;
-# LOG_MU_B: log mu_B; CUM_LOG_MU_B: sum_{j<=B} log mu_j (a lazy row's from products).
-ALPHA, W_DEC, OUTPUT, PREFILL_TOKENS, LOGGED, LOG_MU_B, CUM_LOG_MU_B = range(7)
-ROW_FIELDS = 7
+# LOG_MU_B: log mu_B; CUM_LOG_MU_B: sum_{j<=B} log mu_j (from products); WHOLE: 1 for a whole
+# row (INV_MU filled), 0 for a lazy one.
+ALPHA, W_DEC, OUTPUT, PREFILL_TOKENS, LOGGED, LOG_MU_B, CUM_LOG_MU_B, WHOLE = range(8)
+ROW_FIELDS = 8
 # A lazy row's running product of mu_j is logged and restarted once it leaves
 # [2^-PRODUCT_EXPONENT, 2^PRODUCT_EXPONENT]: far from overflow whatever mu_j comes next.
 PRODUCT_EXPONENT = 500
@@ -156,6 +159,7 @@ def fill_row(
             cum = cum + log_mu  # np.cumsum's order
             states[k, LOG_MU, col] = log_mu
             states[k, CUM_LOG_MU, i] = cum
+            states[k, INV_MU, col] = tau / occ
         product = product * mu
         if not low < product < high:  # also a 0, inf or nan product: its log is the sum's
             products = products + math.log(product)
@@ -175,6 +179,7 @@ def fill_row(
     rows[k, OUTPUT] = mk
     rows[k, PREFILL_TOKENS] = n_comp
     rows[k, LOGGED] = 0.0 if lazy else float(big_b)
+    rows[k, WHOLE] = 0.0 if lazy else 1.0
     rows[k, LOG_MU_B] = log_occ[big_b - 1] - math.log(states[k, TAU, big_b - 1])
     rows[k, CUM_LOG_MU_B] = products + math.log(product)
 

@@ -119,7 +119,11 @@ def test_a_lazy_row_extended_to_every_state_is_the_whole_row() -> None:
     assert rows_lazy[0, kernel_table.LOGGED] == 0.0
     kernel_table.ensure_logs(lazy, rows_lazy, 0, 100)
     kernel_table.ensure_logs(lazy, rows_lazy, 0, big_b)
-    assert np.array_equal(whole, lazy) and np.array_equal(rows_whole, rows_lazy)
+    # All but 1 / mu_i, which the solve computes where it needs it in a lazy row.
+    fields = [f for f in range(kernel_table.STATE_FIELDS) if f != kernel_table.INV_MU]
+    values = [f for f in range(kernel_table.ROW_FIELDS) if f != kernel_table.WHOLE]
+    assert np.array_equal(whole[:, fields], lazy[:, fields])
+    assert np.array_equal(rows_whole[:, values], rows_lazy[:, values])
     # p_B's sum of logs from running products is that of the logs to 1e-12 at B = 4096 and
     # 1e-13 here (its use: kernel/chain.py unit_weights).
     exact = whole[0, kernel_table.CUM_LOG_MU, big_b]
