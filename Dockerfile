@@ -9,19 +9,28 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY model ./model
 COPY exporter ./exporter
+# The model's compiled kernel is built here, into the venv (-P: from the installed package, not
+# /src), for a generic x86-64 CPU: numba keys cached code to the CPU it was compiled for, and
+# "generic" names none, so the cache serves any node (the runtime stage sets the same
+# NUMBA_CPU_NAME; model/queueing/kernel/jit.py).
+ENV NUMBA_CPU_NAME=generic \
+    NUMBA_CACHE_DIR=/opt/vllm-sizer/kernel-cache
 RUN python -m venv /opt/vllm-sizer \
     && /opt/vllm-sizer/bin/pip install --no-cache-dir . \
+    && PYTHONDONTWRITEBYTECODE=1 /opt/vllm-sizer/bin/python -P -m model.calibration.warmup \
     && find /opt/vllm-sizer -name '__pycache__' -prune -exec rm -rf {} +
 
 # Runtime stage: the same Python, the venv copied over; no compiler, no pip cache, no sources.
 FROM python:3.11-slim-bookworm
-# The model's compiled kernel is cached in the writable state directory (the venv is not
-# writable by the user): compiled once per container, before the first cycle.
+# The model's compiled kernel comes built with the venv, for a generic CPU: read there (the
+# user cannot write it, nor need to), so a new container's first cycle does not wait for the
+# compiler on any x86-64 node.
 ENV PATH=/opt/vllm-sizer/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PROMETHEUS_DISABLE_CREATED_SERIES=True \
-    NUMBA_CACHE_DIR=/var/lib/vllm-sizer/numba-cache
+    NUMBA_CPU_NAME=generic \
+    NUMBA_CACHE_DIR=/opt/vllm-sizer/kernel-cache
 COPY --from=build /opt/vllm-sizer /opt/vllm-sizer
 # Numeric non-root user (distroless "nonroot" id) so Kubernetes runAsNonRoot can verify it; it owns
 # only the state directory.

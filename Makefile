@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	# The model's compiled kernel, into its on-disk cache (model/queueing/kernel/jit.py): the
+	# first command run after this one starts warm.
+	$(PY) -m model.calibration.warmup
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -6,7 +6,9 @@ REPEATS batches of calls, in process CPU time (CLOCK). Cases for B = 256 / 1024 
 model variants (refined, the default; paper). Issue 19's targets:
 analyze one rate <= 10 us (B = 256), <= 25 us (B = 1024) and >= 10x the baseline; max_rate_for_slo
 <= 150 / 400 / 2000 us (B = 256 / 1024 / 4096) and >= 8x the baseline at B = 256; a 1000-rate curve
-<= 1 ms (B = 256); a 10-point refit <= 3 ms; percentile sizing (TTFT p95 + token ITL p99) <= 5 ms.
+<= 1 ms (B = 256); a 10-point refit <= 3 ms. Issue 44's, against the compiled kernel before it
+(also timed, "before #44"): analyze one rate <= 12 us (B = 256; issue 19's 10 us is kept) and
+<= 20 us (B = 4096); percentile sizing (TTFT p95 + token ITL p99) <= 3 ms (B = 256).
 Prints a table, the process CPU time and the load, and writes bench/results/model_speed.json.
 Run: .venv/bin/python bench/model_speed.py [--quick]
 """
@@ -39,10 +41,16 @@ BATCH_SIZES = (256, 1024, 4096)
 LLAMA = (6.68, 2.01e-2, 5.52e-5)  # paper Table I, ms
 # (workload, TTFT ms, ITL ms): the issue's two sizing cases.
 SLO_CASES = (((1024, 512), 50.0, 25.0), ((128, 2048), 200.0, 13.0))
-# Targets in us by (case, B); None: no target at that B.
+# The compiled kernel as it stood before issue 44 (its per-call table rebuild), timed beside
+# today's too: issue 44's targets are against it.
+KERNEL_COMMIT = "3e420c4a86786438da49ae85a1a1bf771ec97c31"
+KERNEL_PACKAGE = "vllm_sizer_kernel_before_model"
+# Targets in us by (case, B); None: no target at that B. Issue 44: analyze one rate <= 12 us
+# at B = 256 (issue 19's 10 us is kept) and <= 20 us at B = 4096; percentile sizing <= 3 ms.
 TARGET_US: dict[tuple[str, int], float] = {
     ("analyze one rate", 256): 10.0,
     ("analyze one rate", 1024): 25.0,
+    ("analyze one rate", 4096): 20.0,
     ("max_rate_for_slo 1024/512 50/25 ms", 256): 150.0,
     ("max_rate_for_slo 1024/512 50/25 ms", 1024): 400.0,
     ("max_rate_for_slo 1024/512 50/25 ms", 4096): 2000.0,
@@ -51,7 +59,7 @@ TARGET_US: dict[tuple[str, int], float] = {
     ("max_rate_for_slo 128/2048 200/13 ms", 4096): 2000.0,
     ("analyze 1000-rate curve", 256): 1000.0,
     ("refit 10-point window", 256): 3000.0,
-    ("percentile sizing TTFT p95 + token ITL p99", 256): 5000.0,
+    ("percentile sizing TTFT p95 + token ITL p99", 256): 3000.0,
 }
 # Least speed-up over the baseline by (case, B).
 TARGET_RATIO: dict[tuple[str, int], float] = {
@@ -142,6 +150,7 @@ def main() -> None:
     min_time_s = 0.1 if args.quick else 0.3
     try:
         baseline = load_baseline()
+        before = load_baseline(KERNEL_COMMIT, KERNEL_PACKAGE)
     except BaselineUnavailable as exc:
         sys.exit(str(exc))
     run_start = start_run()
@@ -149,7 +158,9 @@ def main() -> None:
     print(f"load average (1 min) at start: {load_start:.1f} on {os.cpu_count()} cores")
     print(f"each figure: median of {REPEATS} batches of process CPU time per call; "
           "ratio = baseline / today (same process)")
-    head = f"{'case':44s} {'B':>5s} {'variant':8s} {'baseline':>11s} {'today':>11s} {'ratio':>7s}"
+    print(f"before #44: the kernel at {KERNEL_COMMIT[:7]} (compiled at start, not timed)")
+    head = (f"{'case':44s} {'B':>5s} {'variant':8s} {'baseline':>11s} {'before #44':>11s} "
+            f"{'today':>11s} {'ratio':>7s}")
     print(f"{head}  target")
     rows = []
     variants = (("refined", "DEFAULT_MODEL"), ("paper", "PAPER_MODEL"))
@@ -157,10 +168,12 @@ def main() -> None:
         for variant, attr in variants:
             new = cases(today, batch, getattr(today, attr))
             old = cases(baseline, batch, getattr(baseline, attr))
+            kernel = cases(before, batch, getattr(before, attr))
             for name, fn in new.items():
                 if batch == 4096 and name.startswith(("refit", "percentile")) and args.quick:
                     continue
                 old_us, new_us = median_us(old[name], min_time_s), median_us(fn, min_time_s)
+                before_us = median_us(kernel[name], min_time_s)
                 goal_us, goal_ratio = TARGET_US.get((name, batch)), TARGET_RATIO.get((name, batch))
                 met = (goal_us is None or new_us <= goal_us) and (
                     goal_ratio is None or old_us / new_us >= goal_ratio
@@ -171,13 +184,15 @@ def main() -> None:
                 )
                 verdict = "" if not goal else ("met" if met else "MISSED")
                 print(
-                    f"{name:44s} {batch:5d} {variant:8s} {old_us:9,.1f}us {new_us:9,.1f}us "
+                    f"{name:44s} {batch:5d} {variant:8s} {old_us:9,.1f}us {before_us:9,.1f}us "
+                    f"{new_us:9,.1f}us "
                     f"{old_us / new_us:6.1f}x  {goal} {verdict}",
                     flush=True,
                 )
                 rows.append({
                     "case": name, "max_num_seqs": batch, "variant": variant,
-                    "baseline_us": old_us, "today_us": new_us, "ratio": old_us / new_us,
+                    "baseline_us": old_us, "before_issue44_us": before_us, "today_us": new_us,
+                    "ratio": old_us / new_us,
                     "target_us": goal_us, "target_ratio": goal_ratio,
                     "met": met if goal else None,
                 })  # fmt: skip
@@ -187,6 +202,7 @@ def main() -> None:
     out = with_run(run_start, {
         "benchmark": "model_speed",
         "baseline_commit": BASELINE_COMMIT,
+        "before_issue44_commit": KERNEL_COMMIT,
         "python": platform.python_version(),
         "numpy": np.__version__,
         "machine": platform.machine(),

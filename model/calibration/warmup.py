@@ -1,6 +1,7 @@
 """Compiling the model's kernel ahead of use: every compiled loop the model calls, on a tiny
-problem, so that a daemon's first cycle is not the one that waits for the compiler (about 2 s
-cold; a fraction of that from the on-disk cache)."""
+problem, so that a daemon's first cycle is not the one that waits for the compiler (about 30 s
+CPU cold; a fraction of a second from the on-disk cache). `python -m model.calibration.warmup`
+fills the cache ahead: `make venv` and the image build run it (model/queueing/kernel/jit.py)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,7 @@ def compile_model_kernel() -> None:
         for r in (0.5, 1.0, 2.0)
     ]  # fmt: skip
     fit(points, _SERVER)
+
+
+if __name__ == "__main__":
+    compile_model_kernel()

@@ -72,10 +72,12 @@ class StateTable:
 
     def _field(self, field: int) -> FloatArray:
         out: FloatArray = self.states[:, field, : self.max_batch_size]
+        out.flags.writeable = False
         return out
 
     def _row(self, field: int) -> FloatArray:
         out: FloatArray = self.row_values[:, field : field + 1]
+        out.flags.writeable = False
         return out
 
     @property
@@ -115,6 +117,7 @@ class StateTable:
     def cum_log_mu(self) -> FloatArray:
         """sum_{j<=i} log mu_j for i = 0..B, shape (rows, B+1)."""
         out: FloatArray = self.states[:, CUM_LOG_MU, :]
+        out.flags.writeable = False
         return out
 
     @property
@@ -219,8 +222,10 @@ def state_table(
         n, m, params.alpha_ms, params.beta_ms, params.gamma_ms,
         float(server.max_num_batched_tokens), work, log_occ,
     )  # fmt: skip
-    states.flags.writeable = False
-    row_values.flags.writeable = False
+    # Left writeable, as the kernel's input arrays (kernel_inputs): the kernels are compiled
+    # for writeable arrays, which the lazy rows of one-shot calls are (kernel/table.py); a
+    # read-only table would compile each of them again. Never written: a table is filled
+    # whole, and the properties give read-only views.
     return StateTable(
         states=states,
         row_values=row_values,

@@ -116,9 +116,23 @@ def prefill_work_ms(
     return out
 
 
+@lru_cache(maxsize=16)
 def _decoding_states(big_b: int) -> FloatArray:
-    """min(i, B - 1) for i = 0..B: others decoding beside a request that holds a slot."""
-    return np.minimum(np.arange(big_b + 1, dtype=np.float64), max(big_b - 1, 0))
+    """min(i, B - 1) for i = 0..B: others decoding beside a request that holds a slot (built
+    once per B: a sizing search asks for it at every pass)."""
+    out: FloatArray = np.minimum(np.arange(big_b + 1, dtype=np.float64), max(big_b - 1, 0))
+    out.flags.writeable = False
+    return out
+
+
+_LARGEST = float(np.finfo(np.float64).max)
+
+
+def _finite_scv(scv: FloatArray) -> FloatArray:
+    """np.nan_to_num(scv) without its per-call look-up of the float limits: nan -> 0,
+    +-inf -> +-the largest float."""
+    out: FloatArray = np.clip(np.where(np.isnan(scv), 0.0, scv), -_LARGEST, _LARGEST)
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -160,7 +174,7 @@ def setting(
     service_s = prompt_service_ms(work, n, d_iter[:, np.newaxis], decoding[:, np.newaxis], budget)
     s_mean = service_s.mean(axis=1)
     with np.errstate(invalid="ignore"):  # inf / inf at unstable rates: the queue is unstable too
-        s_scv = np.nan_to_num(service_s.var(axis=1) / np.maximum(s_mean, 1e-300) ** 2)
+        s_scv = _finite_scv(service_s.var(axis=1) / np.maximum(s_mean, 1e-300) ** 2)
     return Setting(
         table=table,
         params=params,

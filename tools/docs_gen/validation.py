@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from typing import Any
 
 from tools.docs_gen import figures
 from tools.docs_gen.config_keys import HEADER
@@ -76,14 +77,20 @@ def _time(us: float) -> str:
     return f"{us / 1000:.2f} ms" if us < 10_000 else f"{us / 1000:.1f} ms"
 
 
+def _before(row: dict[str, Any]) -> str:
+    """The kernel before issue 44 (runs from before it was timed: "-")."""
+    us = row.get("before_issue44_us")
+    return "-" if us is None else _time(float(us))
+
+
 def speed_table() -> str:
     """bench/results/model_speed.json as a table: per case and B, the refined variant with the
     paper variant in parentheses."""
     rows = json.loads((figures.RESULTS / "model_speed.json").read_text())["results"]
     by_key = {(r["case"], r["max_num_seqs"], r["variant"]): r for r in rows}
     lines = [
-        "| operation | B | before: refined (paper) | now | ratio | goal |",
-        "|---|---|---|---|---|---|",
+        "| operation | B | before: refined (paper) | kernel before #44 | now | ratio | goal |",
+        "|---|---|---|---|---|---|---|",
     ]
     seen: dict[tuple[str, int], None] = {}
     for r in rows:
@@ -97,6 +104,7 @@ def speed_table() -> str:
         verdict = f"{goal}: {'met' if ref['met'] else 'missed'}" if goal else ""
         lines.append(
             f"| {case} | {batch} | {_time(ref['baseline_us'])} ({_time(pap['baseline_us'])}) | "
+            f"{_before(ref)} ({_before(pap)}) | "
             f"{_time(ref['today_us'])} ({_time(pap['today_us'])}) | "
             f"{ref['ratio']:.1f}x ({pap['ratio']:.1f}x) | {verdict} |"
         )

@@ -22,7 +22,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.queueing.kernel.jit import compiled
-from model.queueing.kernel.table import CUM_LOG_MU, INV_MU, LOG_MU, MAX_MU, MIN_LOG_MU, MU
+from model.queueing.kernel.table import (
+    CUM_LOG_MU,
+    CUM_LOG_MU_B,
+    INV_MU,
+    LOG_MU_B,
+    MAX_MU,
+    MIN_MU,
+    MU,
+    TAU,
+    WHOLE,
+    ensure_logs,
+)
 
 FloatArray = NDArray[np.float64]
 
@@ -68,23 +79,30 @@ def first_peak(states: FloatArray, row: int, big_b: int, lam: float) -> int:
 
 
 @compiled
-def _rebuilt(states: FloatArray, row: int, i: int, log_lam: float, log_top: float) -> float:
+def _rebuilt(
+    states: FloatArray, rows: FloatArray, row: int, i: int, log_lam: float, log_top: float
+) -> float:
+    ensure_logs(states, rows, row, i)
     d = i * log_lam - states[row, CUM_LOG_MU, i] - log_top
     return math.exp(d) if d > NEGLIGIBLE_LOG else 0.0
 
 
 @compiled
 def unit_weights(
-    states: FloatArray, row: int, big_b: int, lam: float, log_lam: float, w: FloatArray,
+    states: FloatArray, rows: FloatArray, row: int, big_b: int, lam: float, log_lam: float,
+    w: FloatArray,
 ) -> tuple[float, float, int, int]:
     """w[i] = p_i / p_top for the states that count (recurrence from the first peak, ends
-    exact); returns (sum w, sum i w, lowest, highest interior state filled)."""
-    inv_mu, mu, min_log_mu = states[row, INV_MU], states[row, MU], states[row, MIN_LOG_MU]
+    exact); returns (sum w, sum i w, lowest, highest interior state filled). Of a lazy row's
+    logs (kernel/table.py) only those up to the peak and of states rebuilt are computed."""
+    tau, mu, min_mu = states[row, TAU], states[row, MU], states[row, MIN_MU]
+    inv_mu, whole = states[row, INV_MU], rows[row, WHOLE] > 0.0
     cum = states[row, CUM_LOG_MU]
     top = first_peak(states, row, big_b, lam)
+    ensure_logs(states, rows, row, top)
     log_top = top * log_lam - cum[top]
     w[0] = math.exp(0.0 * log_lam - cum[0] - log_top)
-    w[big_b] = math.exp(big_b * log_lam - cum[big_b] - log_top)
+    w[big_b] = math.exp(big_b * log_lam - rows[row, CUM_LOG_MU_B] - log_top)
     total = w[0] + w[big_b]
     first = big_b * w[big_b]
     if 0 < top < big_b:
@@ -107,13 +125,17 @@ def unit_weights(
     # later state can rise (lambda <= every later mu) and the rest is negligible.
     x, high = 1.0, min(top, big_b - 1)
     for i in range(top + 1, big_b):
-        x = x * (lam * inv_mu[i - 1]) if x >= RESEED else _rebuilt(states, row, i, log_lam, log_top)
+        if x >= RESEED:
+            # 1 / mu_i: a lazy row's computed where it is needed, the same number.
+            x = x * (lam * (inv_mu[i - 1] if whole else tau[i - 1] / float(i)))
+        else:
+            x = _rebuilt(states, rows, row, i, log_lam, log_top)
         w[i] = x
         total += x
         first += i * x
         high = i
         room = big_b - i
-        rising = log_lam > min_log_mu[i]
+        rising = lam > min_mu[i]
         if not rising and room * x <= DROP * total and room * big_b * x <= DROP * first:
             break
     return total, first, low, high
@@ -121,16 +143,17 @@ def unit_weights(
 
 @compiled
 def solve(
-    states: FloatArray, row: int, big_b: int, max_queue: int, lam: float,
+    states: FloatArray, rows: FloatArray, row: int, big_b: int, max_queue: int, lam: float,
     log_p: FloatArray, w: FloatArray, out: FloatArray,
 ) -> tuple[int, int]:
     """The chain at rate lam (req/ms) into out[STABLE..LOG_R]; w holds the head weights
     relative to a peak (for `pmf`) on the returned range of states and at 0 and B."""
     safe_lam = max(lam, TINY_RATE)
     log_lam = math.log(safe_lam)
-    log_r = log_lam - states[row, LOG_MU, big_b - 1]  # log(lambda / mu_B): the ratio beyond B
+    log_r = log_lam - rows[row, LOG_MU_B]  # log(lambda / mu_B): the ratio beyond B
     out[P_BLOCK], out[LOG_R] = 0.0, log_r
     if max_queue >= 0:
+        ensure_logs(states, rows, row, big_b)
         top = log_weights(states, row, big_b, log_lam, log_p)
         _solve_finite(big_b, max_queue, log_p, log_r, top, w, out)
         return 1, big_b - 1
@@ -140,7 +163,7 @@ def solve(
         out[NUM], out[OCC], out[QUEUE] = np.nan, float(big_b), np.nan
         out[P_EMPTY], out[P_WAIT] = 0.0, 1.0
         return 1, 0
-    total, first, low, high = unit_weights(states, row, big_b, safe_lam, log_lam, w)
+    total, first, low, high = unit_weights(states, rows, row, big_b, safe_lam, log_lam, w)
     r = math.exp(log_r)
     # Tail i > B is geometric: mass p_B r/(1-r), queue length p_B r/(1-r)^2.
     tail_per_p_b = r / (1.0 - r)

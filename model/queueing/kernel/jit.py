@@ -5,6 +5,13 @@ scalar evaluation in numpy made over a hundred calls on one-element arrays. The 
 the chain and assemble the mean latencies are compiled once instead (machine code cached on
 disk: NUMBA_CACHE_DIR, else next to the sources) and called with plain arrays and floats.
 
+The cache can be built ahead (`python -m model.calibration.warmup`: `make venv`, the image
+build) and then read from a directory the process cannot write (an image's, on a read-only root
+file system): code missing from it is compiled in memory and not saved. numba keys cached code
+to the CPU it was compiled for (the host's name and features, or NUMBA_CPU_NAME and
+NUMBA_CPU_FEATURES when set), so the image builds and runs with NUMBA_CPU_NAME=generic: the key
+then names no host, and the cache serves any x86-64 node.
+
 numba keys a function's cached code to its own source file only, while the kernel's functions
 call one another and read constants across its modules: after an edit (or a merge) of one
 module, the others' cached code would keep the old callee or constant. So every kernel
@@ -14,6 +21,7 @@ function's cache is keyed to the contents of all the kernel's modules together.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -38,10 +46,16 @@ def _kernel_stamp() -> str:
 
 
 class _UserDirLocator(caching.UserProvidedCacheLocator):
-    """NUMBA_CACHE_DIR, keyed to the whole kernel's sources."""
+    """NUMBA_CACHE_DIR, keyed to the whole kernel's sources; read-only once it exists."""
 
     def get_source_stamp(self) -> str:
         return _kernel_stamp()
+
+    def ensure_cache_path(self) -> None:
+        path = self.get_cache_path()  # type: ignore[no-untyped-call]
+        if os.path.isdir(path) and not os.access(path, os.W_OK):
+            return  # built ahead and read-only here: read it (numba would skip it)
+        super().ensure_cache_path()  # type: ignore[no-untyped-call]
 
 
 class _InTreeLocator(caching.InTreeCacheLocator):
@@ -57,6 +71,12 @@ class _KernelCacheImpl(caching.CompileResultCacheImpl):
 
 class _KernelCache(caching.FunctionCache):
     _impl_class = _KernelCacheImpl
+
+    def save_overload(self, sig: object, data: object) -> None:
+        try:
+            super().save_overload(sig, data)  # type: ignore[no-untyped-call]
+        except OSError:
+            pass  # a read-only cache (built ahead): the code compiled stays in memory
 
 
 def compiled(fn: _F) -> _F:

@@ -144,7 +144,7 @@ def rate_outputs(
     range of states `chain.solve` filled is returned)."""
     lam = rate_rps / 1000.0
     max_queue = int(opts[OPT_QUEUE])
-    filled = chain.solve(states, row, big_b, max_queue, lam, log_p, w, sol)
+    filled = chain.solve(states, rows, row, big_b, max_queue, lam, log_p, w, sol)
     stable = sol[chain.STABLE] > 0.0
     tau_1, tau_b = states[row, TAU, 0], states[row, TAU, big_b - 1]
     sat = big_b / tau_b
@@ -238,8 +238,10 @@ def point_outputs(
     """Every output (FIELDS, P x K; column p K + k) of K points (request shape, rate) under
     each of P parameter vectors theta[p] = (alpha, beta, gamma) (ms); B = len(log_occ).
 
-    Each point's table row is built, evaluated and overwritten by the next: the memory is one
-    row whatever P x K (a table of every row was 295 KB per point at B = 4096)."""
+    Each point's table row is built lazily (kernel/table.py), evaluated and overwritten by the
+    next: the memory is one row whatever P x K (a table of every row was 295 KB per point at
+    B = 4096). A point of the shape and parameters of the one before reuses its row, with
+    the logs that one computed (the same numbers: a row's logs are filled in one order)."""
     big_b = log_occ.shape[0]
     count, points = theta.shape[0], n.shape[0]
     out = np.empty((FIELDS, count * points))
@@ -250,8 +252,9 @@ def point_outputs(
     for p in range(count):
         alpha, beta, gamma = theta[p, 0], theta[p, 1], theta[p, 2]
         for k in range(points):
-            kernel_table.fill_row(states, rows, 0, n[k], m[k], alpha, beta, gamma,
-                                  opts[OPT_BUDGET], work, log_occ)  # fmt: skip
+            if k == 0 or n[k] != n[k - 1] or m[k] != m[k - 1]:
+                kernel_table.fill_row(states, rows, 0, n[k], m[k], alpha, beta, gamma,
+                                      opts[OPT_BUDGET], work, log_occ, True)  # fmt: skip
             rate_outputs(states, rows, 0, big_b, opts, rates_rps[k], synchronous[k],
                          log_p, w, sol, col)  # fmt: skip
             out[:, p * points + k] = col

@@ -16,6 +16,16 @@ stays in the batch longer, so the context decoding requests hold is length-biase
 
 Packed for the compiled loops: `states[row, field, col]` with column i - 1 for occupancy i
 (CUM_LOG_MU: column i for i = 0..B), and `rows[row, field]` for the per-row scalars.
+
+A table shared by many rates (`build_states`) is filled whole. A row built for one rate (a
+one-shot `analyze`, a refit's point) is filled lazily (`fill_row(..., lazy=True)`): everything
+but the logs, which take most of a row's time, and `ensure_logs` adds LOG_MU and CUM_LOG_MU up
+to the highest state the chain's solve reads (with its early exit, often far below B). The
+solve also needs sum_{j<=B} log mu_j for the weight of state B, p_B: every row holds it summed
+as the logs of running products of mu_j (one log per ~70 states; within a few ulps a state of
+the sum of the logs, so p_B within 1e-12 relative of the one from CUM_LOG_MU[B] at B = 4096).
+Every other number is the same operation for operation in a lazy and a whole row, so both give
+the same outputs, bit for bit.
 """
 
 from __future__ import annotations
@@ -29,13 +39,20 @@ from model.queueing.kernel.jit import compiled
 
 FloatArray = NDArray[np.float64]
 
-# Fields of `states` (rows, STATE_FIELDS, B + 1). MAX_MU: max_{j<=i} mu_j; MIN_LOG_MU:
-# min_{j>=i} log mu_j (they bound where the chain's weights can still rise).
-CHUNKS, W_PREF, TAU, LOG_MU, CUM_LOG_MU, MU, INV_MU, MAX_MU, MIN_LOG_MU = range(9)
+# Fields of `states` (rows, STATE_FIELDS, B + 1). MAX_MU: max_{j<=i} mu_j; MIN_MU:
+# min_{j>=i} mu_j (they bound where the chain's weights can still rise).
+CHUNKS, W_PREF, TAU, LOG_MU, CUM_LOG_MU, MU, MAX_MU, MIN_MU, INV_MU = range(9)
 STATE_FIELDS = 9
-# Fields of `rows` (rows, ROW_FIELDS).
-ALPHA, W_DEC, OUTPUT, PREFILL_TOKENS = range(4)
-ROW_FIELDS = 4
+# INV_MU: 1 / mu_i = tau(i) / i, in whole rows only (a lazy row's solve divides where it needs
+# it: the same number).
+# Fields of `rows` (rows, ROW_FIELDS). LOGGED: LOG_MU and CUM_LOG_MU hold states 1..LOGGED;
+# LOG_MU_B: log mu_B; CUM_LOG_MU_B: sum_{j<=B} log mu_j (from products); WHOLE: 1 for a whole
+# row (INV_MU filled), 0 for a lazy one.
+ALPHA, W_DEC, OUTPUT, PREFILL_TOKENS, LOGGED, LOG_MU_B, CUM_LOG_MU_B, WHOLE = range(8)
+ROW_FIELDS = 8
+# A lazy row's running product of mu_j is logged and restarted once it leaves
+# [2^-PRODUCT_EXPONENT, 2^PRODUCT_EXPONENT]: far from overflow whatever mu_j comes next.
+PRODUCT_EXPONENT = 500
 
 
 @compiled
@@ -83,8 +100,8 @@ def build_states(
     work: FloatArray,
     log_occ: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
-    """The packed table for rows (n, m) (arrays of one length) under parameters (ms);
-    B = len(log_occ) (`occupancy_logs`).
+    """The packed table for rows (n, m) (arrays of one length) under parameters (ms), filled
+    whole; B = len(log_occ) (`occupancy_logs`).
 
     `work` = [refined (0/1), prefix hit ratio h, h^2, kappa, cv_n^2, cv_m^2] (the paper variant
     passes h = 0 and no extra terms)."""
@@ -92,17 +109,18 @@ def build_states(
     states = np.empty((count, STATE_FIELDS, big_b + 1))
     rows = np.empty((count, ROW_FIELDS))
     for k in range(count):
-        fill_row(states, rows, k, n[k], m[k], alpha, beta, gamma, budget, work, log_occ)
+        fill_row(states, rows, k, n[k], m[k], alpha, beta, gamma, budget, work, log_occ, False)
     return states, rows
 
 
 @compiled
 def fill_row(
     states: FloatArray, rows: FloatArray, k: int, nk: float, mk: float, a: float, b: float,
-    g: float, budget: float, work: FloatArray, log_occ: FloatArray,
+    g: float, budget: float, work: FloatArray, log_occ: FloatArray, lazy: bool,
 ) -> None:
     """Row k of the packed table (build_states) for one request shape (n, m) and parameters
-    (ms); the same numbers whichever row and table it fills."""
+    (ms); the same numbers whichever row and table it fills. Lazy: without the logs
+    (module docstring; `ensure_logs` adds them)."""
     big_b = log_occ.shape[0]
     refined, hit, hit2, kappa = work[0] > 0.0, work[1], work[2], work[3]
     cv2n, cv2m = work[4], work[5]
@@ -120,6 +138,9 @@ def fill_row(
     # numbers). thr = -1 makes state 1 compute those of c(1).
     c, thr = 1.0, -1.0
     cum, top_mu, w_pref, w_total, fixed = 0.0, 0.0, 0.0, 0.0, 0.0
+    # sum_{j<=B} log mu_j for p_B: running products of mu_j, logged once out of range.
+    high, low = 2.0**PRODUCT_EXPONENT, 2.0**-PRODUCT_EXPONENT
+    product, products = 1.0, 0.0
     for i in range(1, big_b + 1):
         occ = float(i)
         if thr < occ:
@@ -131,23 +152,50 @@ def fill_row(
             w_total = w_pref + w_dec
             fixed = (c + mk) * a
         tau = fixed + occ * w_total
-        log_mu = log_occ[i - 1] - math.log(tau)
-        cum = cum + log_mu  # np.cumsum's order
         col = i - 1
+        mu = occ / tau
+        if not lazy:
+            log_mu = log_occ[col] - math.log(tau)
+            cum = cum + log_mu  # np.cumsum's order
+            states[k, LOG_MU, col] = log_mu
+            states[k, CUM_LOG_MU, i] = cum
+            states[k, INV_MU, col] = tau / occ
+        product = product * mu
+        if not low < product < high:  # also a 0, inf or nan product: its log is the sum's
+            products = products + math.log(product)
+            product = 1.0
         states[k, CHUNKS, col] = c
         states[k, W_PREF, col] = w_pref
         states[k, TAU, col] = tau
-        states[k, LOG_MU, col] = log_mu
-        states[k, CUM_LOG_MU, i] = cum
-        states[k, MU, col] = occ / tau
-        states[k, INV_MU, col] = tau / occ
-        top_mu = max(top_mu, occ / tau)
+        states[k, MU, col] = mu
+        top_mu = max(top_mu, mu)
         states[k, MAX_MU, col] = top_mu
-    low = np.inf
+    least = np.inf
     for col in range(big_b - 1, -1, -1):
-        low = min(low, states[k, LOG_MU, col])
-        states[k, MIN_LOG_MU, col] = low
+        least = min(least, states[k, MU, col])
+        states[k, MIN_MU, col] = least
     rows[k, ALPHA] = a
     rows[k, W_DEC] = w_dec
     rows[k, OUTPUT] = mk
     rows[k, PREFILL_TOKENS] = n_comp
+    rows[k, LOGGED] = 0.0 if lazy else float(big_b)
+    rows[k, WHOLE] = 0.0 if lazy else 1.0
+    rows[k, LOG_MU_B] = log_occ[big_b - 1] - math.log(states[k, TAU, big_b - 1])
+    rows[k, CUM_LOG_MU_B] = products + math.log(product)
+
+
+@compiled
+def ensure_logs(states: FloatArray, rows: FloatArray, k: int, upto: int) -> None:
+    """LOG_MU and CUM_LOG_MU of row k up to state `upto` (those of a lazy row are added from
+    the highest held; a whole row holds them all): the numbers of a whole row."""
+    done = int(rows[k, LOGGED])
+    if done >= upto:
+        return
+    cum = states[k, CUM_LOG_MU, done]
+    for i in range(done + 1, upto + 1):
+        col = i - 1
+        log_mu = math.log(float(i)) - math.log(states[k, TAU, col])
+        cum = cum + log_mu
+        states[k, LOG_MU, col] = log_mu
+        states[k, CUM_LOG_MU, i] = cum
+    rows[k, LOGGED] = float(upto)
