@@ -59,7 +59,7 @@ def plot_fleet(report: dict[str, Any], path: Path, title: str = "fleet replay") 
         a.set_ylabel(f"{model}\n{key.replace('_ms', '')} (ms)")
         a.legend(fontsize=7, loc="upper left", ncol=len(names) + 1)
     for a in ax:
-        a.axvspan(0, report["judged_from_s"] / 60, color="0.9", lw=0)
+        a.axvspan(0, report["judged_from_s"] / 60, color="0.9", lw=0, zorder=0)
         a.grid(alpha=0.3)
     ax[-1].set_xlabel("time (min); shaded: not judged (first startup delay)")
     fig.suptitle(title, fontsize=10)
