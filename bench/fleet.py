@@ -7,14 +7,15 @@ Scenarios (Llama-3.1-8B unless said; truths from exporter/testbed/variant_truths
   c  two_models: Llama (priority 1) and Qwen2.5-14B (priority 0), half the requests each,
      competing for 3 H100s; A100s beside them.
   d  stationary: H100, A100 and L40S plentiful, on stationary traffic: plan changes after
-     warm-up (the real trace is one steady hour; its synthetic twin a constant-rate Poisson
-     stream, not the diurnal one).
+     warm-up over a full hour (the real trace is one steady hour; its synthetic twin a
+     constant-rate Poisson stream, not the diurnal one).
 
 Traces: the conversation trace (`timestamp`, `input_length`, `output_length`; timestamps spread
 over their 3 s quantum), prompts divided by PROMPT_DIVISOR (by 4 more in scenario b) for an 8B
 model's context, its rate scaled by RATE_SCALE as independent users (a new draw per seed); the
 synthetic trace a diurnal day compressed into the same span (rate from 30 % to 100 % of its
-peak, Poisson), lengths drawn from the trace's (prompt, output) pairs. DURATION_S of each.
+peak, Poisson), lengths drawn from the trace's (prompt, output) pairs. DURATION_S of each
+(scenarios a-c, to keep the bench within 15 minutes on 2 shared cores), STATIONARY_S for d.
 
 Per scenario the JSON gives ours' figures over its 4 runs (2 traces x 2 seeds):
 `cost_ratio_vs_oracle` and `cost_ratio_vs_best_single` (mean of the per-run ratios, with the
@@ -23,8 +24,10 @@ worst), `met_share` (ours, judged windows meeting every target, pooled), `invent
 the oracle with foresight beside them (reported, not scored); every run's per-policy summary;
 and ours once under `even` (planned for it, a round-robin
 gateway) on the conversation trace's first seed, its cost over the weighted oracle's.
+The conversation trace's first seed of each scenario is also drawn, as `vllm-sizer replay
+--config` draws a fleet replay (exporter/replay/fleet_report.py).
 
-    python bench/fleet.py  ->  bench/results/fleet.json
+    python bench/fleet.py  ->  bench/results/fleet.json, bench/results/fleet_<scenario>.png
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ from bench.lib.envelope import start_run, with_run  # noqa: E402
 from exporter.cli.replay_fleet import split_by_share  # noqa: E402
 from exporter.config.checks import KeyReader  # noqa: E402
 from exporter.replay.fleet_policies import PlannerPolicy, TunerEstimates  # noqa: E402
+from exporter.replay.fleet_report import plot_fleet  # noqa: E402
 from exporter.replay.fleet_run import (  # noqa: E402
     PolicyScore,
+    fleet_json,
     fleet_table,
     run_policy,
     standard_policies,
@@ -69,6 +74,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake-conversation.jsonl"
 DURATION_S = 2400.0
+STATIONARY_S = 3600.0  # scenario d: a stationary hour
 RATE_SCALE = 3.0
 PROMPT_DIVISOR = 4
 SEEDS = (0, 1)
@@ -106,6 +112,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "d_stationary": {
         "inventory": {"H100": 8, "A100": 8, "L40S": 16},
         "stationary": True,
+        "duration_s": STATIONARY_S,
         "models": [LLAMA | {"variants": [_v("llama", "H100", 8, 1), _v("llama", "A100", 8),
                                          _v("llama", "L40S", 16)]}],
     },
@@ -126,28 +133,29 @@ def setup_of(spec: dict[str, Any]) -> FleetSetup:
     return setup
 
 
-def real_trace(seed: int) -> RequestTrace:
+def real_trace(seed: int, duration_s: float = DURATION_S) -> RequestTrace:
     rng = np.random.default_rng(seed)
     with TraceReader(TRACE, rng=rng, transform=Transform(spread_s=3.0,
-                                                         window_end_s=DURATION_S)) as reader:
+                                                         window_end_s=duration_s)) as reader:
         whole = reader.until(math.inf)
-    return independent_users(whole, RATE_SCALE, DURATION_S, rng)
+    return independent_users(whole, RATE_SCALE, duration_s, rng)
 
 
-def synthetic_trace(seed: int, real: RequestTrace, stationary: bool) -> RequestTrace:
+def synthetic_trace(seed: int, real: RequestTrace, stationary: bool,
+                    duration_s: float = DURATION_S) -> RequestTrace:
     """Poisson arrivals on a compressed diurnal day (or a constant rate), lengths drawn from
     the real trace's pairs."""
     rng = np.random.default_rng(1000 + seed)
-    mean = len(real) / DURATION_S
+    mean = len(real) / duration_s
     if stationary:
-        profile = RateProfile.constant(mean, DURATION_S)
+        profile = RateProfile.constant(mean, duration_s)
     else:
         peak = mean / 0.65  # a sine from 30 % to 100 % of peak averages 65 %
         steps = 24
         rates = [peak * (0.65 - 0.35 * math.cos(2 * math.pi * k / steps)) for k in range(steps + 1)]
-        profile = RateProfile(tuple(RateSegment(DURATION_S / steps, rates[k], rates[k + 1])
+        profile = RateProfile(tuple(RateSegment(duration_s / steps, rates[k], rates[k + 1])
                                     for k in range(steps)))
-    arrival = ArrivalStream(profile, rng).draw_until(DURATION_S)
+    arrival = ArrivalStream(profile, rng).draw_until(duration_s)
     n = arrival.size
     pick = rng.integers(0, len(real), n)
     return RequestTrace(arrival, real.input_tokens[pick], real.output_tokens[pick])
@@ -161,11 +169,12 @@ def shrink(trace: RequestTrace, divisor: int) -> RequestTrace:
 def run_scenario(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     setup = setup_of(spec)
     divisor = PROMPT_DIVISOR * spec.get("prompt_divisor", 1)
-    windows = int(DURATION_S // setup.window_s)
+    duration_s = spec.get("duration_s", DURATION_S)
+    windows = int(duration_s // setup.window_s)
     runs: list[dict[str, Any]] = []
     for seed in SEEDS:
-        real = shrink(real_trace(seed), divisor)
-        synthetic = synthetic_trace(seed, real, spec.get("stationary", False))
+        real = shrink(real_trace(seed, duration_s), divisor)
+        synthetic = synthetic_trace(seed, real, spec.get("stationary", False), duration_s)
         for kind, trace in (("conversation", real), ("synthetic", synthetic)):
             traces = split_by_share(trace, setup, np.random.default_rng(seed))
             began = time.process_time()
@@ -179,8 +188,13 @@ def run_scenario(name: str, spec: dict[str, Any]) -> dict[str, Any]:
                      "policies": {s.name: s.summary() for s in scores}, **_ours(by)}
             if kind == "conversation" and seed == SEEDS[0]:
                 entry["ours_even"] = _even(setup, traces, windows, by["oracle"])
+                plot_fleet(json_safe(fleet_json(setup, scores, windows)),
+                           RESULTS / f"fleet_{name}.png",
+                           f"{name}: conversation trace, seed {seed}, {len(trace)} requests "
+                           f"over {duration_s / 60:.0f} min")
             runs.append(entry)
     return {
+        "duration_s": duration_s,
         "cost_ratio_vs_oracle": _mean(runs, "cost_ratio_vs_oracle"),
         "cost_ratio_vs_oracle_worst": max(r["cost_ratio_vs_oracle"] for r in runs),
         "cost_ratio_vs_best_single": _mean(runs, "cost_ratio_vs_best_single"),
@@ -251,7 +265,8 @@ def main() -> int:
     cpu = time.process_time() - began
     print(f"\n{cpu:.0f} s CPU; load average {os.getloadavg()[0]:.1f}")
     out = with_run(run, {
-        "settings": {"duration_s": DURATION_S, "rate_scale": RATE_SCALE,
+        "settings": {"duration_s": DURATION_S, "stationary_duration_s": STATIONARY_S,
+                     "rate_scale": RATE_SCALE,
                      "prompt_divisor": PROMPT_DIVISOR, "seeds": list(SEEDS),
                      "prices_per_gpu_hour": PRICES, "window_s": 30, "demand_margin": 0.25},
         "cpu_s": cpu,

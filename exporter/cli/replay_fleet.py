@@ -2,8 +2,9 @@
 
 With a config holding a `fleet:` section (exporter/replay/fleet_setup.py), `replay` replays the
 trace on each model's mixed fleet under the fleet policies (ours, best_single, greedy_kv,
-oracle; --policy is not read), prints one row per policy and writes fleet.json in --out. Each
-request goes to one model, drawn by the models' shares (--seed)."""
+oracle; --policy is not read), prints one row per policy and writes fleet.json and fleet.png
+(exporter/replay/fleet_report.py) in --out. Each request goes to one model, drawn by the
+models' shares (--seed)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 from exporter.base.errors import ConfigError
 from exporter.cli.fleet_options import output_file
 from exporter.replay.engine import ArrivalSource
+from exporter.replay.fleet_report import plot_fleet
 from exporter.replay.fleet_run import fleet_json, fleet_table, run_policy, standard_policies
 from exporter.replay.fleet_setup import FleetSetup, load_fleet
 from exporter.replay.report import json_safe
@@ -43,7 +45,7 @@ def split_by_share(trace: RequestTrace, setup: FleetSetup, rng: np.random.Genera
 
 
 def run_fleet_replay(args: argparse.Namespace, arrivals: Arrivals) -> int:
-    """Replay, print the table, write fleet.json; 2 on bad input."""
+    """Replay, print the table, write fleet.json and fleet.png; 2 on bad input."""
     try:
         setup = load_fleet(args.config)
         rng = np.random.default_rng(args.seed)
@@ -66,4 +68,6 @@ def run_fleet_replay(args: argparse.Namespace, arrivals: Arrivals) -> int:
     if args.out is not None:
         report = fleet_json(setup, scores, windows) | {"arrivals": len(whole)}
         (args.out / "fleet.json").write_text(json.dumps(json_safe(report), indent=1) + "\n")
+        plot_fleet(json_safe(report), args.out / "fleet.png",
+                   f"fleet replay of {len(whole)} requests, {windows} windows")
     return 0

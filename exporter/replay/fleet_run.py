@@ -245,6 +245,8 @@ def fleet_json(setup: FleetSetup, scores: Sequence[PolicyScore], windows: int) -
         "judged_from_s": setup.judged_from_s,
         "inventory": dict(setup.inventory),
         "prices_per_gpu_hour": dict(setup.prices),
+        "variants": {v.name: v.model for v in setup.variants},
+        "targets": {m.name: {"ttft_ms": m.ttft_ms, "itl_ms": m.itl_ms} for m in setup.models},
         "policies": {s.name: s.summary() for s in scores},
         "series": {s.name: s.series for s in scores},
     }

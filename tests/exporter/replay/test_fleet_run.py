@@ -136,6 +136,8 @@ def test_replay_cli_runs_a_fleet_config(tmp_path: Path, capsys: pytest.CaptureFi
     text = capsys.readouterr().out
     assert "| ours |" in text and "| oracle |" in text and "| greedy_kv |" in text
     assert (out / "fleet.json").exists()
+    png = (out / "fleet.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
     bad = tmp_path / "bad.yaml"
     bad.write_text(FLEET.replace("window_s: 30", "window_s: -1"))
     assert main(["replay", "--config", str(bad), "--trace", str(trace_file)]) == 2
