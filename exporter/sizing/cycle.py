@@ -34,7 +34,8 @@ from model.calibration.trust import ModelBias, is_trusted
 from model.calibration.tuner import Tuner
 
 # Tuner points whose misses bound the capacity (exporter.sizing.evidence.with_past_misses): an
-# hour of 30 s cycles, longer than the tuner's window on purpose.
+# hour of 30 s cycles, longer than the tuner's window on purpose; cut as the tuner's window is
+# at a detected change (DeploymentCycle._forget_before_change).
 EVIDENCE_WINDOWS = 120
 
 # A window reaches the tuner when the per-pod load its latencies were made at, over the window
