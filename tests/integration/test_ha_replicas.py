@@ -170,9 +170,15 @@ def test_two_replicas_one_answer_through_kill_and_restart(
         time.sleep(1.0)  # started first: the query reads it while it answers
         second.start()
 
+        fresh = "time() - vllm_sizer_last_successful_cycle_timestamp_seconds < 120"
+
         def two() -> list[tuple[dict[str, str], float]] | None:
+            # Both export a count and both have finished a successful cycle (a first count can be
+            # exported before the first cycle that counts as successful; the query reads only
+            # fresh replicas, as KEDA's freshness guard asks).
             got = instant(prom.base_url, desired)
-            return got if len(got) == 2 else None
+            both_fresh = len(instant(prom.base_url, fresh)) == 2
+            return got if len(got) == 2 and both_fresh else None
 
         both = wait_until(two, 120, "both replicas export their count")
         # Independent computations from the same Prometheus agree.
