@@ -34,8 +34,7 @@ from model.calibration.trust import ModelBias, is_trusted
 from model.calibration.tuner import Tuner
 
 # Tuner points whose misses bound the capacity (exporter.sizing.evidence.with_past_misses): an
-# hour of 30 s cycles, longer than the tuner's window on purpose; cut as the tuner's window is
-# at a detected change (DeploymentCycle._forget_before_change).
+# hour of 30 s cycles, longer than the tuner's window on purpose.
 EVIDENCE_WINDOWS = 120
 
 # A window reaches the tuner when the per-pod load its latencies were made at, over the window
@@ -190,21 +189,6 @@ class DeploymentCycle:
         else:
             self.tuner.update(point)
             self.evidence.append(point)
-            if self.tuner.since_change == 0:
-                self._forget_before_change()
-
-    def _forget_before_change(self) -> None:
-        """The tuner detected a change with this point and cut its window to the points since
-        it: the evidence goes the same way. A window served or missed by the engine before the
-        change bounds nothing about the one after it (a miss held from before a faster engine
-        kept the capacity 15 % under the truth for 50 windows at 128/2048 tokens,
-        bench/tuner_robustness.py). The points kept are those from the oldest of the cut
-        window on (the tuner may have skipped some of them, saturated: they still count)."""
-        window = self.tuner.window
-        points = list(self.evidence)
-        first = next((k for k, p in enumerate(points) if window and p is window[0]), None)
-        kept = points[first:] if first is not None else list(window)
-        self.evidence = deque(kept, maxlen=EVIDENCE_WINDOWS)
 
     def _point(
         self, obs: DeploymentObservation, problems: list[Problem], warnings: list[str]

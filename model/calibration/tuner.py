@@ -198,12 +198,6 @@ class Tuner:
         return self._curve.params(self.server, self.options, self._params, bounds)
 
     @property
-    def since_change(self) -> int | None:
-        """Cycles (updates or idle ones) since the last detected change: 0 right after the
-        update that detected it; None when none was detected since the tuner began."""
-        return self._memory.since_change
-
-    @property
     def identified(self) -> tuple[bool, bool, bool]:
         """Per parameter: the published estimate's value comes from data (else: the prior)."""
         return self._memory.identified
