@@ -66,7 +66,6 @@ class Estimate:
     handover: Handover | None = None  # what sizes while the calibration has no estimate
     evidence: Sequence[Observation] = ()  # the points that bound capacity
     trusted: bool = True
-    slope_known: bool = False  # DeploymentCycle.slope_known
     headroom: float = 1.0  # the factor the rate is sized for times
     trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
     problems: tuple[Problem, ...] = ()
@@ -94,14 +93,6 @@ class DeploymentCycle:
         self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
         self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
-        self.ever_trusted = False  # an estimate was trusted since this cycle began
-
-    @property
-    def slope_known(self) -> bool:
-        """How latency grows with load is known beyond the tuner's window: an estimate was
-        trusted since the start, or the operator configured `initial_params`; either holds the
-        tuner's prior where a partial fit leaves it open (exporter.sizing.evidence)."""
-        return self.ever_trusted or self.config.initial_params is not None
 
     @property
     def params(self) -> ServiceParams | None:
@@ -141,15 +132,12 @@ class DeploymentCycle:
         estimate, handover = self.tuner.estimate(), self.handover()
         evidence = with_past_misses(estimate.window, self.evidence, dep.slo)
         headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
-        trusted = is_trusted(estimate.confidence)
-        self.ever_trusted = self.ever_trusted or trusted
         return Estimate(
             deployment=dep.name, now_s=now_s, observation=obs, calibration=estimate,
             params=estimate.params, bias=estimate.bias, workload=self.workload,
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
-            evidence=evidence, trusted=trusted, slope_known=self.slope_known,
-            headroom=headroom.factor,
+            evidence=evidence, trusted=is_trusted(estimate.confidence), headroom=headroom.factor,
             trend=self.rates.trend(), problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
@@ -161,7 +149,7 @@ class DeploymentCycle:
             estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
             estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
             handover=estimate.handover, evidence=estimate.evidence, trusted=estimate.trusted,
-            headroom=estimate.headroom, trend=estimate.trend, slope_known=estimate.slope_known,
+            headroom=estimate.headroom, trend=estimate.trend,
         )  # fmt: skip
         if obs is not None:
             self.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)

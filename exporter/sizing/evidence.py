@@ -25,23 +25,6 @@ rate a predicted latency is not below what the highest point measured (less its 
 latency does not fall as load rises, whatever a fit at lower loads extrapolates.
 A model capacity outside the envelope is moved to its edge and the count sized from that; the
 decision's reason then says `evidence_bound`.
-
-Beyond the observed rates, an estimate not trusted whose points sit at one operating point
-(`model.calibration.trust.spread_loads`), on a deployment none of whose estimates was trusted
-since the daemon started and without configured parameters (once one was trusted, or with a
-seed, the tuner's prior holds the growth with load through a later partial fit: after a
-detected change the window restarts with a few points at one load), claims no more than the
-data identified. One load pins
-the mean TTFT and ITL there but not how they grow with load: every split of alpha against the
-load parts that predicts the same point is consistent with the windows, and the steepest, alpha
-at its lower bound (`model.calibration.split`), saturates just past the observed load (points at
-1, 2.5, 4 and 6.5 req/s, 1024/512 tokens: capacities 1.08, 2.57, 4.05 and 6.52 req/s). So such
-an estimate's capacity is at most UNTESTED_STEP x the rate served within the targets (the median
-of the points served: the highest is the operating point plus its arrival noise), the step a
-scale-down from untrusted sizing may take (`scale_down_floor`): the next windows test it, and a
-miss there becomes the missed bound. Its saturation is at most that step past the highest stable
-rate (not below the capacity), and a what-if above that saturation takes the steepest split's
-latencies where they are higher (`steep_latencies_ms`): unstable, as the saturation says.
 """
 
 from __future__ import annotations
@@ -54,16 +37,10 @@ import numpy as np
 
 from exporter.config.values import SloConfig
 from exporter.sizing.forecast import Forecast
-from exporter.sizing.traffic import ModelInputs
-from model import ServiceParams, Workload, analyze
 from model.calibration.observation import Observation
-from model.calibration.split import steepest_split
-from model.calibration.trust import spread_loads
-from model.calibration.tuner import DEFAULT_LOWER_BOUNDS
 
 NOISE_MARGIN = 0.1
 SCALE_DOWN_STEP = 1.5  # see scale_down_floor
-UNTESTED_STEP = SCALE_DOWN_STEP  # one operating point: claims at most this far past it
 OVERLOAD_POINTS = 3
 # A claim this far outside the observed rates (as a ratio) is flagged extrapolated; inside it,
 # a window's own rate noise covers the distance.
@@ -84,19 +61,6 @@ class Envelope:
     # Measured at the highest rate, less NOISE_MARGIN (ms): what a higher load is not below.
     top_ttft_ms: float | None = None
     top_itl_ms: float | None = None
-    # The points' loads spread beyond one operating point (how latency grows is identified).
-    spread: bool = False
-    centre_rps: float | None = None  # the median rate of the points
-    served_centre_rps: float | None = None  # the median rate of the points served
-
-    def untested_ceilings(self, trusted: bool) -> tuple[float, float] | None:
-        """(capacity, saturation) an estimate claims at most (module docstring): None when it
-        is trusted, the loads spread or no point was served within the targets."""
-        if trusted or self.spread or self.served_centre_rps is None:
-            return None
-        capacity = UNTESTED_STEP * self.served_centre_rps
-        stable = UNTESTED_STEP * self.stable_rps if self.stable_rps is not None else capacity
-        return capacity, max(capacity, stable)
 
     def capacity(self, model_rps: float) -> float:
         """`model_rps` moved into the envelope (the missed bound wins a crossing)."""
@@ -106,12 +70,6 @@ class Envelope:
         )
         capacity = model_rps if floor is None else max(model_rps, floor)
         return capacity if self.missed_rps is None else min(capacity, self.missed_rps)
-
-    def claim(self, model_rps: float, trusted: bool) -> float:
-        """The capacity published for a model capacity `model_rps`: within
-        `untested_ceilings`, then moved into the envelope (`capacity`)."""
-        ceilings = self.untested_ceilings(trusted)
-        return self.capacity(model_rps if ceilings is None else min(model_rps, ceilings[0]))
 
     def extrapolation_ratio(self, rate_rps: float | None) -> float | None:
         """How far `rate_rps` lies outside the points' rates: rate / highest above them,
@@ -169,9 +127,8 @@ def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
         for rate, ratio in zip(rates[-OVERLOAD_POINTS:], queueing, strict=True)
         if ratio is not None and missed(ratio)
     ]
-    served_rates = [r for r, o in zip(rates, ratios, strict=True) if served(o)]
     return Envelope(
-        served_rps=max(served_rates, default=None),
+        served_rps=max((r for r, o in zip(rates, ratios, strict=True) if served(o)), default=None),
         missed_rps=min((r for r, o in zip(rates, ratios, strict=True) if missed(o)), default=None),
         overload_floor_rps=float(np.median(newest)) if len(newest) == OVERLOAD_POINTS else None,
         stable_rps=max(stable, default=None),
@@ -179,31 +136,18 @@ def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
         high_rps=max(rates, default=None),
         top_ttft_ms=None if top is None else top.ttft_ms * (1.0 - NOISE_MARGIN),
         top_itl_ms=None if top is None else top.itl_ms * (1.0 - NOISE_MARGIN),
-        spread=spread_loads(np.array(rates, dtype=float)),
-        centre_rps=float(np.median(rates)) if rates else None,
-        served_centre_rps=float(np.median(served_rates)) if served_rates else None,
     )
 
 
 def bounded(
-    outlook: Forecast,
-    sizing_rate_rps: float,
-    env: Envelope,
-    current: int | None = None,
-    *,
-    trusted: bool = True,
+    outlook: Forecast, sizing_rate_rps: float, env: Envelope, current: int | None = None
 ) -> Bounded:
     """The forecast's count, capacity and saturation (per replica) checked against `env`:
     where the capacity leaves the envelope, it is moved to the edge and the count becomes what
-    the sizing rate needs at it; below `current` replicas, not past `scale_down_floor`; an
-    estimate not `trusted` within `Envelope.untested_ceilings`."""
+    the sizing rate needs at it; below `current` replicas, not past `scale_down_floor`."""
     replicas, capacity_rps = outlook.plan.replicas, outlook.plan.capacity.rate_rps
-    saturation_rps = outlook.saturation_rate_per_replica_rps
-    ceilings = env.untested_ceilings(trusted)
-    if ceilings is not None:
-        saturation_rps = min(saturation_rps, ceilings[1])
-    saturation = env.saturation(saturation_rps)
-    capacity = env.claim(capacity_rps, trusted)
+    saturation = env.saturation(outlook.saturation_rate_per_replica_rps)
+    capacity = env.capacity(capacity_rps)
     bound = not (math.isclose(capacity, capacity_rps) or capacity <= 0)
     if bound:
         replicas = max(1, math.ceil(sizing_rate_rps / capacity - 1e-9))
@@ -235,35 +179,6 @@ def latency_floor_ms(
     if env.high_rps is None or rate_rps <= env.high_rps:
         return ttft_ms, itl_ms
     return max(ttft_ms, env.top_ttft_ms or 0.0), max(itl_ms, env.top_itl_ms or 0.0)
-
-
-def steep_latencies_ms(
-    params: ServiceParams,
-    workload: Workload,
-    inputs: ModelInputs,
-    rate_rps: float,
-    latencies_ms: tuple[float, float],
-    env: Envelope,
-) -> tuple[float, float]:
-    """`latencies_ms` (TTFT, ITL) predicted at a per-replica `rate_rps` from `params`, each
-    raised by the factor the steepest split of `params` at the points' operating point
-    predicts over `params` at that rate (module docstring); inf where that split saturates.
-    Unchanged without points."""
-    if env.centre_rps is None or env.centre_rps <= 0:
-        return latencies_ms
-    server, options = inputs.server, inputs.options
-    alpha_floor = DEFAULT_LOWER_BOUNDS.alpha_ms
-    steep = steepest_split(params, server, workload, env.centre_rps, alpha_floor, options=options)
-    if steep is None:
-        return latencies_ms
-    fit = analyze(params, server, workload, rate_rps, options=options)
-    other = analyze(steep, server, workload, rate_rps, options=options)
-    if not other.stable:
-        return math.inf, math.inf
-    ttft_ms, itl_ms = latencies_ms
-    ttft_ratio = float(other.ttft_ms) / float(fit.ttft_ms) if fit.stable else 1.0
-    itl_ratio = float(other.itl_ms) / float(fit.itl_ms) if fit.stable else 1.0
-    return ttft_ms * max(ttft_ratio, 1.0), itl_ms * max(itl_ratio, 1.0)
 
 
 def extrapolation_ratio(rate_rps: float | None, points: Sequence[Observation]) -> float | None:

@@ -142,7 +142,6 @@ class Recommender:
         headroom: float = 1.0,
         trusted: bool = True,
         trend: Sequence[tuple[float, float]] = (),
-        slope_known: bool = False,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -153,16 +152,10 @@ class Recommender:
         `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
         x `headroom` (exporter.sizing.headroom); `trend` is (time s, arrival rate req/s) of the
         recent windows whose rate was read, oldest first, ending with this one's (look_ahead_s
-        extends its last TREND_WINDOWS); an estimate not `trusted`, on a deployment where how
-        latency grows with load is not `slope_known` otherwise (a trusted estimate since the
-        start, configured parameters), claims no more than its windows identified
-        (`Envelope.untested_ceilings`)."""
+        extends its last TREND_WINDOWS)."""
         self._trend = trend[-TREND_WINDOWS:]
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
-        # Once an estimate was trusted (or parameters configured), the tuner's prior holds how
-        # latency grows with load (model/calibration/memory.py) through a later partial fit.
-        self._slope_known = trusted or slope_known
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -267,10 +260,7 @@ class Recommender:
         plan = outlook.plan
         # An untrusted estimate scales down no further than the served rates support.
         floor_from = None if self._trusted else current
-        checked = bounded(
-            outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from,
-            trusted=self._slope_known,
-        )  # fmt: skip
+        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from)
         extra = {
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": checked.capacity_rps,

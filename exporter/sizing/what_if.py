@@ -9,13 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.config.values import DeploymentConfig
-from exporter.sizing.evidence import (
-    EXTRAPOLATED_RATIO,
-    bounded,
-    envelope,
-    latency_floor_ms,
-    steep_latencies_ms,
-)
+from exporter.sizing.evidence import EXTRAPOLATED_RATIO, bounded, envelope, latency_floor_ms
 from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.slo_targets import (
@@ -34,7 +28,7 @@ from model import (
     latency_quantiles,
 )
 from model.calibration.estimate import TunerEstimate
-from model.calibration.trust import ModelBias, is_trusted
+from model.calibration.trust import ModelBias
 
 S_PER_MS = 1e-3
 # Percentiles a query may ask for: the model's range (quantiles 0.01 to 0.999).
@@ -116,7 +110,6 @@ class ServedEstimate:
     workload: Workload | None
     inputs: ModelInputs | None
     current_replicas: int | None
-    slope_known: bool = False  # DeploymentCycle.slope_known
 
 
 def predict(
@@ -128,10 +121,9 @@ def predict(
     if params is None or workload is None:
         raise LookupError(f"deployment {served.config.name!r} has no calibrated model yet")
     count = replicas or served.current_replicas or 1
-    trusted = is_trusted(served.tuner.confidence) or served.slope_known
     return what_if(
         served.config, params, workload, served.tuner.bias, rate_rps, count, quantiles,
-        served.inputs, served.tuner.window, trusted=trusted,
+        served.inputs, served.tuner.window,
     )  # fmt: skip
 
 
@@ -145,14 +137,11 @@ def what_if(
     quantiles: tuple[float, ...],
     inputs: ModelInputs | None = None,
     evidence: Sequence[Observation] = (),
-    *,
-    trusted: bool = True,
 ) -> WhatIf:
     """The bias-corrected model at a total rate (req/s) on `replicas`, with the model's
     percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`; capacity,
     saturation, count and latencies within what the `evidence` windows (per replica) show
-    (`exporter.sizing.evidence`), for an estimate not `trusted` at one operating point no
-    claim past what they identified."""
+    (`exporter.sizing.evidence`)."""
     per_replica = rate_rps / replicas
     # Below MIN_MODEL_RATE_RPS the model's ratios of vanishing quantities lose every digit
     # (1e-320 req/s gave a mean ITL of 8e20 s); the idle engine's latencies are exact there.
@@ -165,16 +154,8 @@ def what_if(
         inputs=inputs,
     )  # fmt: skip
     env = envelope(evidence, dep.slo)
-    checked = bounded(outlook, rate_rps, env, trusted=trusted)
+    checked = bounded(outlook, rate_rps, env)
     ttft_ms, itl_ms = latency_floor_ms(per_replica, outlook.ttft_ms, outlook.itl_ms, env)
-    stable = outlook.stable
-    if env.untested_ceilings(trusted) is not None and per_replica > checked.saturation_rps:
-        # Past the saturation one operating point supports: the steepest split it allows
-        # bounds the latencies (it saturates there), so the answer agrees with that figure.
-        ttft_ms, itl_ms = steep_latencies_ms(
-            params, workload, inputs, model_rate, (ttft_ms, itl_ms), env
-        )
-        stable = stable and math.isfinite(ttft_ms)
     low, high = env.low_rps, env.high_rps
     observed = None if low is None or high is None else (low, high)
     asked = None
@@ -189,7 +170,7 @@ def what_if(
         per_replica_rate_rps=per_replica,
         ttft_ms=ttft_ms,
         itl_ms=itl_ms,
-        stable=stable,
+        stable=outlook.stable,
         max_rate_per_replica_rps=checked.capacity_rps,
         saturation_rate_per_replica_rps=checked.saturation_rps,
         replicas_needed=checked.replicas,

@@ -23,10 +23,6 @@ from tests.conftest import REPO_ROOT
 pytestmark = pytest.mark.integration
 
 RECIPE_PORTS = ("8100", "8101", "9464")  # emulate --base-port, its second replica, the daemon
-# One replica's capacity in the recipe's emulator, TTFT-bound (50 ms mean): `vllm-sizer simulate
-# --kv-capacity-tokens 449200 --rates 8.5,9,9.2,9.4,10 --duration-s 1200`, seeds 0, 1 and 2,
-# cross the target at 9.05, 9.2 and 8.95 req/s.
-TRUE_CAPACITY_RPS = 9.1
 
 
 def readme_recipe() -> str:
@@ -95,21 +91,5 @@ def test_readme_laptop_recipe_serves_a_desired_count(tmp_path: Path) -> None:
     assert 1 <= int(desired.group(1)) <= 8, context  # within the config's replicas.min/max
     assert re.search(r'^vllm_sizer_current_replicas\{[^}]*\} 2\.0$', out, re.M), context
     assert "reason=" in log and "Traceback" not in log, context
-    fitted = re.search(r'^vllm_sizer_tuner_state\{[^}]*state="fitted"\} 1\.0$', out, re.M)
-    if fitted:  # (a slow machine may not have calibrated within the recipe's 45 s)
-        # The published capacity is within 15 % of the truth, or flagged an extrapolation and
-        # not above it; the fit alone, at one operating point, claimed about twice the truth.
-        capacity = gauge(out, "max_rate_per_replica_requests_per_second")
-        ratio = gauge(out, "extrapolation_ratio")
-        close = abs(capacity / TRUE_CAPACITY_RPS - 1.0) <= 0.15
-        flagged = ratio > 1.1 and 0.5 <= capacity / TRUE_CAPACITY_RPS <= 1.0
-        assert close or flagged, context
     # The what-if answers, or (the tuner not calibrated yet on a slow machine) says why not.
     assert re.search(r'^\{("deployment": "laptop"|"error": )', out, re.M), context
-
-
-def gauge(out: str, name: str) -> float:
-    """The value of the recipe's `vllm_sizer_<name>` gauge in `out`."""
-    found = re.search(rf"^vllm_sizer_{name}\{{[^}}]*\}} (\S+)$", out, re.M)
-    assert found is not None, f"no vllm_sizer_{name} in:\n{out}"
-    return float(found.group(1))

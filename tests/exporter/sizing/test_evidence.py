@@ -11,7 +11,6 @@ import pytest
 from exporter.config.values import SloConfig
 from exporter.sizing.evidence import (
     NOISE_MARGIN,
-    UNTESTED_STEP,
     envelope,
     missed,
     overshoot,
@@ -167,61 +166,3 @@ def test_a_scale_down_goes_no_further_than_the_rates_served_support() -> None:
     kept = with_past_misses(window, [old_miss, window[0]], SLO)
     assert kept == (old_miss, window[0])
     assert envelope(kept, SLO).missed_rps == 11.0
-
-
-# The laptop recipe's case: windows of one replica at one operating point, about 6.5 req/s,
-# served (TTFT 38 of 50 ms), and a partial fit that put the latency into alpha: its capacity
-# 17 req/s, where `vllm-sizer simulate` meets the targets to 9.1 req/s.
-ALPHA_HEAVY = ServiceParams(9.717, 9.437e-3, 1.497e-5)
-ONE_POINT = [point(r, 38.0, 11.6) for r in (6.2, 6.4, 6.5, 6.6, 6.9)]
-
-
-def test_an_untrusted_fit_at_one_operating_point_claims_one_step_past_it() -> None:
-    obs = observation(13.0, 2)
-    dep = deployment(max_replicas=8)
-    trusted = Recommender(dep).decide(0.0, obs, ALPHA_HEAVY, SHAPE, evidence=ONE_POINT)
-    untrusted = Recommender(dep).decide(
-        0.0, obs, ALPHA_HEAVY, SHAPE, evidence=ONE_POINT, trusted=False
-    )
-    assert trusted.max_rate_per_replica_rps is not None
-    assert trusted.max_rate_per_replica_rps > 15.0  # the fit's own claim stands when trusted
-    assert untrusted.max_rate_per_replica_rps == pytest.approx(UNTESTED_STEP * 6.5)
-    assert untrusted.saturation_rate_per_replica_rps == pytest.approx(UNTESTED_STEP * 6.9)
-    assert untrusted.reason is Reason.EVIDENCE_BOUND and untrusted.desired_replicas == 2
-    # An estimate trusted earlier (a change since reset the window to a few points): the
-    # tuner's prior keeps what it identified of the growth with load, no ceiling.
-    before = Recommender(dep).decide(
-        0.0, obs, ALPHA_HEAVY, SHAPE, evidence=ONE_POINT, trusted=False, slope_known=True
-    )
-    assert before.max_rate_per_replica_rps == pytest.approx(trusted.max_rate_per_replica_rps)
-    # Loads spread over more than one operating point: how latency grows was seen, no ceiling.
-    spread = [point(r, 20.0 + 3.0 * r, 8.0 + 0.5 * r) for r in (2.0, 3.0, 4.5, 5.5, 6.5)]
-    wide = Recommender(dep).decide(0.0, obs, ALPHA_HEAVY, SHAPE, evidence=spread, trusted=False)
-    assert wide.max_rate_per_replica_rps == pytest.approx(trusted.max_rate_per_replica_rps)
-
-
-def test_the_ceiling_scales_down_as_far_as_the_scale_down_floor() -> None:
-    # Four replicas at 2.5 req/s each, served, a fit claiming far more: the step down is the
-    # one the scale-down floor allows (3 replicas), not held at 4.
-    points = [point(r, 30.0, 10.0) for r in (2.4, 2.5, 2.6)]
-    decision = Recommender(deployment(max_replicas=8)).decide(
-        0.0, observation(10.0, 4), ALPHA_HEAVY, SHAPE, evidence=points, trusted=False
-    )
-    assert decision.desired_replicas == scale_down_floor(10.0, envelope(points, SLO)) == 3
-
-
-def test_a_what_if_past_one_operating_point_takes_the_steepest_split() -> None:
-    dep = deployment(max_replicas=8)
-    # Trusted, the fit calls one replica at 14 req/s stable and within the targets...
-    claim = what_if(dep, ALPHA_HEAVY, SHAPE, None, 14.0, 1, (), evidence=ONE_POINT)
-    assert claim.stable and claim.ttft_ms < 50.0
-    # ...not trusted, past what the windows identified it is not (the simulator: unstable).
-    bound = what_if(dep, ALPHA_HEAVY, SHAPE, None, 14.0, 1, (), evidence=ONE_POINT, trusted=False)
-    assert not bound.stable and bound.extrapolated
-    assert bound.to_json()["ttft_seconds"] is None
-    assert bound.max_rate_per_replica_rps == pytest.approx(UNTESTED_STEP * 6.5)
-    assert bound.replicas_needed == 2
-    # Within the published capacity the answer is the fit's own.
-    near = what_if(dep, ALPHA_HEAVY, SHAPE, None, 9.0, 1, (), evidence=ONE_POINT, trusted=False)
-    same = what_if(dep, ALPHA_HEAVY, SHAPE, None, 9.0, 1, (), evidence=ONE_POINT)
-    assert near.stable and near.ttft_ms == same.ttft_ms and near.itl_ms == same.itl_ms
