@@ -146,13 +146,7 @@ class MixedSimulator(Simulator):
                 self._push(self._now_s + self._variants[k].startup_delay_s,
                            Priority.REPLICA_READY, ReplicaReady(replica.index))
             return
-        surplus = len(active) - count
-        victims = sorted(active, key=lambda r: (r.state is ReplicaState.READY, -r.index))[:surplus]
-        for replica in victims:
-            if replica.state is ReplicaState.STARTING or replica.load == 0:
-                replica.state = ReplicaState.REMOVED
-            else:
-                replica.state = ReplicaState.DRAINING
+        self._retire(active, len(active) - count)
 
     def set_counts(self, counts: Mapping[str, int]) -> None:
         """Scale every named variant (the others keep their count)."""

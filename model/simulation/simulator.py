@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -197,8 +198,12 @@ class Simulator:
                     ReplicaReady(replica.index),
                 )
             return
-        surplus = len(active) - count
-        # Cancel replicas still starting before draining serving ones; newest first.
+        self._retire(active, len(active) - count)
+
+    @staticmethod
+    def _retire(active: Sequence[Replica], surplus: int) -> None:
+        """Take `surplus` of the `active` replicas away: those still starting are cancelled
+        before serving ones drain, newest first; an idle one is removed at once."""
         victims = sorted(active, key=lambda r: (r.state is ReplicaState.READY, -r.index))[:surplus]
         for replica in victims:
             if replica.state is ReplicaState.STARTING or replica.load == 0:
