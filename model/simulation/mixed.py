@@ -24,8 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-import numpy as np
-
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.validation import require_int_at_least, require_non_negative
 from model.simulation.replica import Replica, ReplicaState
@@ -183,20 +181,7 @@ class MixedSimulator(Simulator):
             t.replica[req] = replica.index
             t.rejected[req] = True
             return
-        limit = spec.server.max_queue_size
-        if limit is not None and len(replica.waiting) >= limit:
-            t.replica[req] = replica.index
-            t.rejected[req] = True
-            return
-        t.replica[req] = replica.index
-        replica.waiting.push_back(np.array([req], dtype=np.int64))
-        if replica.busy:
-            end_s = replica.truncate_jump(self._now_s)
-            if end_s is not None:
-                self._push_iteration_end(replica, end_s)
-        elif not replica.kick_pending:
-            replica.kick_pending = True
-            self._push_iteration_end(replica, self._now_s)
+        self._enqueue(req, replica, spec.server.max_queue_size)
 
     def _pick(self, ready: list[Replica]) -> Replica:
         if self._routing is FleetRouting.LEAST_LOADED:

@@ -321,8 +321,12 @@ class Simulator:
         else:
             replica = ready[self._rr % len(ready)]
             self._rr += 1
+        self._enqueue(req, replica, self._server.max_queue_size)
+
+    def _enqueue(self, req: int, replica: Replica, limit: int | None) -> None:
+        """Request `req` into `replica`'s waiting queue, or rejected when `limit` requests
+        already wait there; an idle replica is kicked, a busy one's jump cut at now."""
         self._requests.replica[req] = replica.index  # kept for rejections: they are per replica
-        limit = self._server.max_queue_size
         if limit is not None and len(replica.waiting) >= limit:
             self._requests.rejected[req] = True
             return
