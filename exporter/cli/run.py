@@ -25,6 +25,7 @@ from exporter.cli.version import package_version
 from exporter.collector.arrival_sampler import build_samplers
 from exporter.collector.from_config import (
     build_demand_sources,
+    build_inventory_sources,
     build_sources,
     prometheus_client,
 )
@@ -108,6 +109,7 @@ def run_daemon(args: argparse.Namespace) -> int:
         statefile,
         demand=build_demand_sources(config, client),
         samplers=samplers,
+        inventory=build_inventory_sources(config, client),
     )
     unwritable = None if statefile is None else statefile.check_writable()
     if unwritable is not None:

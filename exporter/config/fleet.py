@@ -98,6 +98,10 @@ def parse_fleet(
     models_node = top.get("models")
     r.note("", "models", "a list of models, each with its variants (optional)")
     accelerators = _accelerators(r, top.get("accelerators"))
+    for a in accelerators:
+        if a.inventory_query is not None and top.get("prometheus") is None:
+            r.fail(f"accelerators.{a.name.value}.inventory.query",
+                   "needs the top-level `prometheus` section", a.inventory_query)
     switch, margin = _plan_settings(r, top.get("fleet_plan"))
     if models_node is None:
         if top.get("accelerators") is not None:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter.base.errors import ConfigError
-from exporter.config.loader import parse_config
+from exporter.config.loader import load_config, parse_config
 from exporter.config.values import Routing
 from model.calibration.prior import Accelerator
 
+REPO = Path(__file__).resolve().parents[3]
 FLEET: dict[str, Any] = {
     "prometheus": {"url": "http://prom:9090"},
     "accelerators": {
@@ -108,6 +111,9 @@ def test_lone_deployments_sit_beside_the_models() -> None:
         (lambda d: d["models"][0]["variants"][1].update(name="chat-h100"),
          "models: variant names must be unique, got 'chat-h100'"),
         (lambda d: d.pop("accelerators"), "accelerators: is required with `models`"),
+        (lambda d: d.pop("prometheus"),
+         "accelerators.L40S.inventory.query: needs the top-level `prometheus` section, got "
+         "'sum(gpus)'"),
         (lambda d: d["models"][0]["variants"][0].update(startup_delay_s=-3),
          "models[0].variants[0].startup_delay_s: must be a number >= 0"),
     ],
@@ -124,3 +130,21 @@ def test_a_variant_named_like_a_lone_deployment_is_refused() -> None:
                             "source": {"scrape_urls": ["http://x:1/metrics"]}}]
     assert "models: a variant's name must differ from every deployment's, got 'chat-h100'" in (
         _problems(data))
+
+
+def test_the_shipped_fleet_config_matches_its_scaled_objects() -> None:
+    # One ScaledObject per variant Deployment, with the variant's replica bounds, scaling on
+    # that deployment's desired_replicas.
+    config = load_config(REPO / "config" / "fleet.yaml", resolve_hosts=False)
+    assert config.fleet is not None and len(config.deployments) == 2
+    objects = list(yaml.safe_load_all((REPO / "config" / "k8s" / "fleet-scaledobjects.yaml")
+                                      .read_text()))
+    by_target = {o["spec"]["scaleTargetRef"]["name"]: o["spec"] for o in objects}
+    assert set(by_target) == {d.name for d in config.deployments}
+    for dep in config.deployments:
+        spec = by_target[dep.name]
+        assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (dep.min_replicas,
+                                                                      dep.max_replicas)
+        (trigger,) = spec["triggers"]
+        query = trigger["metadata"]["query"]
+        assert f'deployment="{dep.name}"' in query and "vllm_sizer_desired_replicas" in query
