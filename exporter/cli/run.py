@@ -131,6 +131,7 @@ def run_daemon(args: argparse.Namespace) -> int:
             daemon.ready,
             daemon.predict,
             live=scheduler.alive,
+            mix=daemon.predict_mix if config.fleet is not None else None,
         )
     except OSError as exc:  # port in use, address not local, ...
         print(f"vllm-sizer: {listen_problem(config, exc)}", file=sys.stderr)

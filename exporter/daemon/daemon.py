@@ -34,6 +34,7 @@ from exporter.daemon.statefile import StateFile
 from exporter.sizing.cycle import Constraints, DeploymentCycle, Estimate, Sizer
 from exporter.sizing.evidence import extrapolation_ratio
 from exporter.sizing.fleet_cycle import attach_fleet
+from exporter.sizing.fleet_whatif import MixAnswer, mix_from_plan
 from exporter.sizing.recommender import Decision, saturated, slo_headroom_ratio
 from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
 from model import TunerReason
@@ -311,6 +312,16 @@ class Daemon:
         if deployment in self.runtimes:  # configured, but no cycle has published yet
             raise LookupError(f"deployment {deployment!r} has no calibrated model yet")
         raise LookupError(f"unknown deployment {deployment!r}")
+
+    def predict_mix(self, model: str, rate_rps: float) -> MixAnswer:
+        """The cheapest mix of `model`'s variants for `rate_rps` from the last published plan
+        (LookupError without one). Safe on any thread: it reads one published value."""
+        if self.fleet is None or self.config.fleet is None:
+            raise LookupError("no `models` section: no fleet plan to answer from")
+        status = self.fleet.last
+        inputs = None if status is None else status.inputs
+        desired = {} if status is None else status.desired
+        return mix_from_plan(self.config.fleet, inputs, desired, model, rate_rps)
 
     # -- persistence -----------------------------------------------------------------------
 

@@ -51,6 +51,8 @@ class FleetStatus:
     demand_rps: Mapping[str, float]  # the rate each model was planned for
     gpus_available: Mapping[str, int]  # per accelerator type, as the plan read it
     variants: Mapping[str, VariantStatus] = field(default_factory=dict)
+    inputs: FleetInput | None = None  # what the last plan was made from (None: no plan yet)
+    desired: Mapping[str, int] = field(default_factory=dict)  # the last plan's counts
 
 
 def variant_capacity_rps(
@@ -155,7 +157,7 @@ class FleetSizer:
             models.append(FleetModel(name=model.name, demand_rps=rate, priority=model.priority,
                                      routing=model.routing))  # fmt: skip
         available = self._inventory(inventory, variants)
-        plan = None
+        plan, inp = None, None
         if models:
             inp = FleetInput(
                 models=tuple(models), variants=tuple(variants), inventory=available,
@@ -166,7 +168,7 @@ class FleetSizer:
             self._desired.update(plan.desired)
         self._apply(decisions, plan)
         self.last = FleetStatus(plan=plan, demand_rps=demand, gpus_available=available,
-                                variants=statuses)  # fmt: skip
+                                variants=statuses, inputs=inp, desired=dict(self._desired))
         return self.last
 
     def _variant(

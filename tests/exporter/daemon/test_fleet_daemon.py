@@ -4,7 +4,10 @@ inventory query keeps the last inventory and is counted."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from urllib.error import HTTPError
+from urllib.request import urlopen
 
 import numpy as np
 import pytest
@@ -24,6 +27,7 @@ from exporter.config.values import (
     SourceConfig,
 )
 from exporter.daemon.daemon import Daemon
+from exporter.daemon.server import SizerHTTPServer
 from exporter.sizing.reasons import Reason
 from exporter.testbed.emulator import EmulatedFleet
 from model import ServerConfig, ServiceParams
@@ -164,6 +168,26 @@ def test_each_variant_exports_the_plans_count_and_the_plan_its_figures(
     chosen = [s.labels["reason"] for s in _samples(registry, "vllm_sizer_fleet_plan_reason")
               if s.value == 1.0]
     assert len(chosen) == 1
+    # The what-if at the rate the plan was made for answers the plan's least-cost counts, over
+    # HTTP as from the daemon itself.
+    assert dict(daemon.predict_mix("llama", demand).replicas) == dict(plan.target)
+    server = SizerHTTPServer("127.0.0.1", 0, registry, daemon.ready, daemon.predict,
+                             mix=daemon.predict_mix)  # fmt: skip
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/api/v1/predict?model=llama&rate={demand!r}"
+        with urlopen(url, timeout=10) as reply:
+            body = json.loads(reply.read())
+        assert body["replicas"] == dict(plan.target)
+        assert body["cost_per_hour"] == pytest.approx(
+            sum(4.0 * n if k == "on-h100" else 1.0 * n for k, n in plan.target.items()))
+        with pytest.raises(HTTPError) as missing:
+            urlopen(f"http://127.0.0.1:{server.port}/api/v1/predict?model=qwen&rate=1",
+                    timeout=10)
+        assert missing.value.code == 404
+        missing.value.close()
+    finally:
+        server.stop()
 
 
 def test_the_cheap_variant_carries_the_load_when_it_is_cheap_enough(
