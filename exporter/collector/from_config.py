@@ -115,7 +115,7 @@ def build_inventory_sources(
     if config.fleet is None or client is None:
         return {}
     return {
-        a.name.value: DemandSource(client=client, query=a.inventory_query)
+        a.name.value: DemandSource(client=client, query=a.inventory_query, what="inventory")
         for a in config.fleet.accelerators
         if a.inventory_query is not None
     }

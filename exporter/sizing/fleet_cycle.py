@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from exporter.config.values import DeploymentConfig, FleetConfig, FleetModelConfig
 from exporter.sizing.cycle import DeploymentCycle, Estimate, Sizer
+from exporter.sizing.fleet.evaluate import cost_per_hour, gpus_by_type
 from exporter.sizing.fleet.plan import FleetPlanner
 from exporter.sizing.fleet.values import FleetInput, FleetModel, FleetPlan, Variant
 from exporter.sizing.forecast import forecast
@@ -77,6 +78,33 @@ def attach_fleet(sizer: Sizer, fleet: FleetConfig | None) -> FleetSizer | None:
     planner = FleetSizer(fleet, sizer.cycles)
     sizer.fleet = planner
     return planner
+
+
+def keep_one(plan: FleetPlan, inp: FleetInput) -> FleetPlan:
+    """`plan` with at least one replica per model: a model at 0 on every variant has no pod to
+    measure its demand on, so it could never come back (a fleet has no scale_from_zero). The
+    one replica goes to the cheapest variant with room for it."""
+    desired = dict(plan.desired)
+    free = {k: n - plan.gpus_planned.get(k, 0) for k, n in inp.inventory.items()}
+    for m in inp.models:
+        own = inp.own(m.name)
+        if any(desired[v.name] for v in own):
+            continue
+        room = [v for v in own if v.max_replicas >= 1 and free.get(v.accelerator, 0)
+                >= v.gpus_per_replica]  # fmt: skip
+        if room:
+            v = min(room, key=lambda x: (x.cost_per_replica_hour, x.name))
+            desired[v.name] = 1
+            free[v.accelerator] -= v.gpus_per_replica
+    if desired == plan.desired:
+        return plan
+    models = {
+        name: replace(share, cost_per_hour=sum(desired[v.name] * v.cost_per_replica_hour
+                                               for v in inp.own(name)))
+        for name, share in plan.models.items()
+    }  # fmt: skip
+    return replace(plan, desired=desired, models=models, gpus_planned=gpus_by_type(inp, desired),
+                   cost_per_hour=cost_per_hour(inp, desired))  # fmt: skip
 
 
 class FleetSizer:
@@ -145,6 +173,9 @@ class FleetSizer:
                 v not in decisions for v in model.variants
             ):
                 continue
+            if any(decisions[v].current_replicas and decisions[v].sizing_rate_rps is None
+                   for v in model.variants):
+                continue  # pods with no rate yet (a first window): the demand is not known
             workload = next((e.workload for e in seen if e and e.workload is not None), None)
             rate = 0.0
             for name in model.variants:
@@ -164,7 +195,7 @@ class FleetSizer:
                 untrusted_margin=self.fleet.untrusted_margin,
                 switch_saving=self.fleet.switch_saving,
             )  # fmt: skip
-            plan = self.planner.decide(now_s, inp)
+            plan = keep_one(self.planner.decide(now_s, inp), inp)
             self._desired.update(plan.desired)
         self._apply(decisions, plan)
         self.last = FleetStatus(plan=plan, demand_rps=demand, gpus_available=available,

@@ -198,7 +198,12 @@ def test_the_cheap_variant_carries_the_load_when_it_is_cheap_enough(
     free_l40s = fleet_config(SLOW, l40s_price=0.01)
     daemon = Daemon(free_l40s, {"on-h100": Scrape(fast), "on-l40s": Scrape(slow)}, registry,
                     fast.sim_clock, inventory={"L40S": Inventory(16.0)})  # fmt: skip
-    run(daemon, clock, pair, 4)
+    run(daemon, clock, pair, 1)
+    # The first read closes no window: no rate yet, so no plan (a plan for 0 req/s would
+    # take every variant to its minimum, 0, and with no pod left the demand is never seen).
+    assert daemon.fleet is not None and daemon.fleet.last is not None
+    assert daemon.fleet.last.plan is None
+    run(daemon, clock, pair, 3)
     fleet = daemon.fleet
     assert fleet is not None and fleet.last is not None and fleet.last.plan is not None
     # At 1/400th of the H100's price, L40S replicas carry everything (a scale-down of the
