@@ -243,3 +243,56 @@ def test_a_variant_without_pods_takes_its_trusted_siblings_prior(clock: ManualCl
 
 def _samples(registry: CollectorRegistry, name: str) -> list:  # type: ignore[type-arg]
     return [s for f in registry.collect() for s in f.samples if s.name == name]
+
+
+class Switch:
+    """No pods until `fleet` is set, then that fleet's pods."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.none = NoPods(clock)
+        self.fleet: EmulatedFleet | None = None
+
+    def read(self) -> SourceRead:
+        return self.none.read() if self.fleet is None else Scrape(self.fleet).read()
+
+
+def test_a_transferred_variant_calibrates_on_its_own_pods_and_reports_the_transfer_error(
+    clock: ManualClock,
+) -> None:
+    steps = RateProfile(tuple(RateSegment(4 * CYCLE_S, r, r) for r in (3.0, 6.0, 9.0, 12.0)))
+    fast = emulated(FAST, 2, steps, clock, 5)
+    late = Switch(clock)
+    slow: EmulatedFleet | None = None
+    try:
+        registry = CollectorRegistry()
+        daemon = Daemon(fleet_config(None), {"on-h100": Scrape(fast), "on-l40s": late},
+                        registry, fast.sim_clock, inventory={"L40S": Inventory(4.0)})
+        run(daemon, clock, (fast,), 16)
+        fleet = daemon.fleet
+        assert fleet is not None and fleet.last is not None
+        assert fleet.last.variants["on-l40s"].transferred_from == "on-h100"
+        # The L40S Deployment's first replicas become ready: loads apart, as the H100's were.
+        slow_steps = RateProfile(tuple(RateSegment(4 * CYCLE_S, r, r)
+                                       for r in (0.5, 1.0, 1.5, 2.0, 2.5)))
+        slow = emulated(SLOW, 2, slow_steps, clock, 6)
+        late.fleet = slow
+        labels = {"deployment": "on-l40s", "model_name": "llama"}
+        trusted_after = None
+        for k in range(1, 21):  # 10 minutes of 30 s cycles
+            run(daemon, clock, (fast, slow), 1)
+            if registry.get_sample_value("vllm_sizer_variant_trusted", labels) == 1.0:
+                trusted_after = k
+                break
+        assert trusted_after is not None, "not trusted within 10 minutes of its own pods"
+        error = registry.get_sample_value(
+            "vllm_sizer_variant_transfer_capacity_error_ratio", labels)
+        # The rule moves the H100's alpha (about 6.7 ms) by the bandwidth ratio to about 26 ms,
+        # where this L40S-like engine's is 16: the transferred prior under-counts its capacity
+        # (to nothing when 26 ms reaches the 25 ms ITL target).
+        assert error is not None and -1.0 <= error < 0.0
+        status = fleet.last.variants["on-l40s"]
+        assert status.transfer_capacity_error == error  # kept once, as first measured
+    finally:
+        fast.stop()
+        if slow is not None:
+            slow.stop()
