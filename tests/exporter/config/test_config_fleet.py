@@ -11,6 +11,7 @@ import yaml
 
 from exporter.base.errors import ConfigError
 from exporter.config.loader import load_config, parse_config
+from exporter.config.topology import place, shard_of
 from exporter.config.values import Routing
 from model.calibration.prior import Accelerator
 
@@ -148,3 +149,22 @@ def test_the_shipped_fleet_config_matches_its_scaled_objects() -> None:
         (trigger,) = spec["triggers"]
         query = trigger["metadata"]["query"]
         assert f'deployment="{dep.name}"' in query and "vllm_sizer_desired_replicas" in query
+
+
+def test_a_shard_keeps_the_fleet_models_whose_variants_it_owns() -> None:
+    # Two models on two shards: each shard's fleet lists only its own model (the other's
+    # variants are not among its deployments, and sizing them would find no cycle).
+    data = copy.deepcopy(FLEET)
+    other = copy.deepcopy(data["models"][0])
+    other["name"] = "qwen"
+    for v in other["variants"]:
+        v["name"] = v["name"].replace("chat", "qwen")
+    data["models"].append(other)
+    owners = {shard_of(name, 2) for name in ("llama", "qwen")}
+    assert owners == {0, 1}  # the two names land on different shards of 2
+    for index in (0, 1):
+        config, _ = place(parse_config(data | {"shard": {"count": 2, "index": index}}), {})
+        assert config.fleet is not None
+        (model,) = config.fleet.models
+        assert shard_of(model.name, 2) == index
+        assert {d.name for d in config.deployments} == set(model.variants)
