@@ -13,7 +13,6 @@ at its capacity less `fleet_plan.untrusted_margin`, as the daemon counts it.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import replace
@@ -24,6 +23,7 @@ from exporter.config.checks import UnusableConfigError
 from exporter.config.loader import load_config
 from exporter.config.values import Config, DeploymentConfig, SloConfig
 from exporter.daemon.deployment_state import restore_state
+from exporter.daemon.statefile import read_state
 from exporter.sizing.cycle import Sizer
 from exporter.sizing.fleet_cycle import attach_fleet, variant_capacity_rps
 from exporter.sizing.fleet_whatif import MixAnswer, cheapest_mix, model_variants
@@ -135,7 +135,10 @@ def _capacities(
     sizer = Sizer(list(deps.values()))
     fleet = attach_fleet(sizer, config.fleet)
     if args.state is not None:
-        restore_state(json.loads(args.state.read_text()), sizer.cycles, 0.0)
+        problem, state = read_state(args.state)
+        if problem is not None:
+            raise LookupError(f"--state: {args.state}: {problem}")
+        restore_state(state, sizer.cycles, 0.0)
     if fleet is not None:
         fleet.transfer_priors()
     workload = Workload(args.input_tokens, args.output_tokens)

@@ -8,6 +8,15 @@ import pytest
 import yaml
 
 from exporter.cli.main import main
+from exporter.config.loader import load_config
+from exporter.daemon.deployment_state import saved_state
+from exporter.daemon.statefile import StateFile
+from exporter.sizing.cycle import Sizer
+from exporter.sizing.fleet_cycle import variant_capacity_rps
+from exporter.sizing.points import new_tuner
+from model import ServiceParams, Workload
+
+SEED = ServiceParams(9.0, 3.0e-2, 8.0e-5)
 
 CONFIG = {
     "prometheus": {"url": "http://127.0.0.1:9090"},
@@ -101,3 +110,40 @@ def test_an_unknown_model_is_named(config: Path, capsys: pytest.CaptureFixture[s
     code = main(["plan", "--config", str(config), "--fleet-model", "qwen", "--rate", "1"])
     assert code == 2
     assert "--fleet-model: unknown model 'qwen' (known: llama)" in capsys.readouterr().err
+
+
+def capacities(out: str) -> dict[str, float]:
+    found = {}
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) == 3 and parts[0].startswith("on-"):
+            found[parts[0]] = float(parts[2])
+    return found
+
+
+def test_a_daemons_state_file_gives_the_variants_their_calibration(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A state whose H100 tuner holds other parameters than the configuration's prior: with
+    # --state the H100 capacity is computed from them (and the L40S's prior is their transfer
+    # only once the H100 is trusted, which a seed alone is not).
+    loaded = load_config(config, resolve_hosts=False)
+    sizer = Sizer(loaded.deployments)
+    h100 = sizer.cycles["on-h100"]
+    h100.tuner = new_tuner(h100.config, seed=SEED)
+    state = tmp_path / "state.json"
+    StateFile(state).save(saved_state(sizer.cycles))
+    base = ["plan", "--config", str(config), "--fleet-model", "llama", "--rate", "10",
+            "--inventory", "L40S=4", "--input-tokens", "512", "--output-tokens", "128"]
+    assert main(base) == 0
+    without = capacities(capsys.readouterr().out)
+    assert main([*base, "--state", str(state)]) == 0
+    with_state = capacities(capsys.readouterr().out)
+    dep = {d.name: d for d in loaded.deployments}["on-h100"]
+    expected = variant_capacity_rps(dep, SEED, Workload(512, 128), None) * (1 - 0.25)
+    assert with_state["on-h100"] == pytest.approx(expected, rel=1e-3)
+    assert with_state["on-h100"] != pytest.approx(without["on-h100"], rel=1e-2)
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert main([*base, "--state", str(bad)]) == 2
+    assert f"--state: {bad}: not JSON" in capsys.readouterr().err
