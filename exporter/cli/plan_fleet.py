@@ -6,8 +6,10 @@ Each variant's capacity per replica comes from --capacity NAME=RPS when given (e
 vllm_sizer_variant_capacity_requests_per_second, to check its plan), else from its parameters:
 a daemon's state file (--state) where it holds the variant's calibration, else the prior the
 daemon would give it (transferred from a trusted sibling in the state, else physical), at the
---input-tokens / --output-tokens workload. A variant not calibrated on its own pods is counted
-at its capacity less `fleet_plan.untrusted_margin`, as the daemon counts it.
+--input-tokens / --output-tokens workload, by the model alone (the daemon's decisions also
+correct for its recent windows' bias and evidence, so those capacities can differ). A variant
+not calibrated on its own pods is counted at its capacity less `fleet_plan.untrusted_margin`,
+as the daemon counts it.
 """
 
 from __future__ import annotations
