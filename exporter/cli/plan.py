@@ -18,6 +18,7 @@ from exporter.cli.fleet_options import (
     number_flag,
     output_file,
 )
+from exporter.cli.plan_fleet import add_fleet_arguments, fleet_problem, run_fleet_plan
 from exporter.config.checks import KeyReader
 from exporter.config.slo import parse_slo
 from exporter.config.values import SloConfig
@@ -52,7 +53,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="latency vs load and replicas needed, for given parameters",
         description="Print one replica's TTFT and ITL as its load grows and the replicas a range "
         "of total loads needs for the targets, from given alpha, beta, gamma (a preset of paper "
-        "Table I, or your own); --png draws both.",
+        "Table I, or your own); --png draws both. With --config: the cheapest mix of a "
+        "configured model's variants for --rate.",
     )
     param = number_flag(0.0, MAX_PARAM_MS, low_inclusive=False)
     target = number_flag(0.0, MAX_TARGET_MS, low_inclusive=False)
@@ -110,6 +112,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan.add_argument(
         "--png", type=output_file, help="write latency-vs-load and replicas curves here"
     )
+    add_fleet_arguments(plan)
     plan.set_defaults(func=run_plan, check=_check_plan)
 
 
@@ -123,6 +126,9 @@ def _slo_entry(text: str) -> tuple[str, str]:
 
 
 def _check_plan(args: argparse.Namespace) -> str | None:
+    fleet = fleet_problem(args)
+    if fleet is not None:
+        return fleet
     if args.max_replicas < 1:
         return f"argument --max-replicas: must be an integer >= 1, got {args.max_replicas}"
     if args.load is not None and args.load[0] > args.load[1]:
@@ -153,6 +159,8 @@ def _params(args: argparse.Namespace) -> ServiceParams:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    if args.config is not None:  # the cheapest mix of a configured model's variants
+        return run_fleet_plan(args, args.targets)
     try:
         params = _params(args)
         workload = Workload(args.input_tokens, args.output_tokens)

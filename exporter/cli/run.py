@@ -25,6 +25,7 @@ from exporter.cli.version import package_version
 from exporter.collector.arrival_sampler import build_samplers
 from exporter.collector.from_config import (
     build_demand_sources,
+    build_inventory_sources,
     build_sources,
     prometheus_client,
 )
@@ -108,6 +109,7 @@ def run_daemon(args: argparse.Namespace) -> int:
         statefile,
         demand=build_demand_sources(config, client),
         samplers=samplers,
+        inventory=build_inventory_sources(config, client),
     )
     unwritable = None if statefile is None else statefile.check_writable()
     if unwritable is not None:
@@ -129,6 +131,7 @@ def run_daemon(args: argparse.Namespace) -> int:
             daemon.ready,
             daemon.predict,
             live=scheduler.alive,
+            mix=daemon.predict_mix if config.fleet is not None else None,
         )
     except OSError as exc:  # port in use, address not local, ...
         print(f"vllm-sizer: {listen_problem(config, exc)}", file=sys.stderr)

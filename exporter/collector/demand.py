@@ -29,9 +29,11 @@ class DemandRead:
 class DemandSource:
     """Evaluates one deployment's demand query."""
 
-    def __init__(self, *, client: PrometheusClient, query: str) -> None:
+    def __init__(self, *, client: PrometheusClient, query: str, what: str = "demand") -> None:
+        """`what` the value is, in error messages (the demand; an accelerator's inventory)."""
         self._client = client
         self.query = query
+        self.what = what
 
     def read(self) -> DemandRead:
         """The value now; PrometheusQueryError (reason bad_value) unless it is one finite
@@ -40,12 +42,12 @@ class DemandSource:
         if len(samples) != 1:
             found = "no series" if not samples else f"{len(samples)} series"
             raise self._bad(
-                f"{found}; the demand query must give exactly one value (aggregate with sum(); "
-                "an empty result is unknown demand, never 0)"
+                f"{found}; the {self.what} query must give exactly one value (aggregate with "
+                f"sum(); an empty result is an unknown {self.what}, never 0)"
             )
         value = samples[0].value
         if not math.isfinite(value) or value < 0:
-            raise self._bad(f"value {value}; the demand must be a finite number >= 0")
+            raise self._bad(f"value {value}; the {self.what} must be a finite number >= 0")
         return DemandRead(value=value, time_s=samples[0].time_s)
 
     def _bad(self, message: str) -> PrometheusQueryError:

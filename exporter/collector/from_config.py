@@ -104,3 +104,18 @@ def build_demand_sources(
         for dep in config.deployments
         if dep.scale_from_zero is not None and client is not None
     }
+
+
+def build_inventory_sources(
+    config: Config, client: PrometheusClient | None = None
+) -> dict[str, DemandSource]:
+    """One query per accelerator type whose inventory is a query (a `models` section), by
+    type; `client` as for build_sources (a query needs the prometheus section)."""
+    client = client or prometheus_client(config)
+    if config.fleet is None or client is None:
+        return {}
+    return {
+        a.name.value: DemandSource(client=client, query=a.inventory_query, what="inventory")
+        for a in config.fleet.accelerators
+        if a.inventory_query is not None
+    }

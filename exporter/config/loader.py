@@ -20,6 +20,12 @@ from exporter.config.checks import (
     read_yaml,
     string,
 )
+from exporter.config.fleet import (
+    VARIANT_KEYS,
+    Inherited,
+    gpu_count_and_startup,
+    parse_fleet,
+)
 from exporter.config.replicas import replica_bounds
 from exporter.config.served_model import CV_KEYS, accelerator_preset, initial_params, model_options
 from exporter.config.slo import parse_slo
@@ -81,9 +87,12 @@ def parse_config(data: Any, reader: KeyReader | None = None) -> Config:
             "deployments",
             "shard",
             "replica",
+            "accelerators",
+            "models",
+            "fleet_plan",
         },
     )
-    r.note("", "deployments", "a non-empty list of deployments", required=True)
+    r.note("", "deployments", "a list of deployments (required without `models`)")
     if data is None:
         r.problems.append("(document): is empty; expected a mapping with a `deployments` list")
     period = r.get(
@@ -115,7 +124,18 @@ def parse_config(data: Any, reader: KeyReader | None = None) -> Config:
         DEFAULT_MAX_RESPONSE_MIB,
     )
     prometheus = _prometheus(r, top.get("prometheus"))
-    deployments = _deployments(r, top.get("deployments"), prometheus)
+    lone = top.get("deployments")
+    deployments = [] if lone is None and "models" in top else _deployments(r, lone, prometheus)
+    fleet, variants = parse_fleet(
+        r, top, lambda node, path, inherit: _deployment(r, node, path, prometheus, inherit)
+    )
+    _unique_names(r, deployments, variants)
+    deployments += variants
+    if len(deployments) > MAX_DEPLOYMENTS:
+        r.problems.append(
+            f"models: deployments and variants must be at most {MAX_DEPLOYMENTS} together, "
+            f"got {len(deployments)}"
+        )
     shard = parse_shard(r, top.get("shard"))
     replica = parse_replica(r, top)
     if r.problems:
@@ -131,7 +151,18 @@ def parse_config(data: Any, reader: KeyReader | None = None) -> Config:
         deployments=tuple(deployments),
         shard=shard,
         replica=replica,
+        fleet=fleet,
     )
+
+
+def _unique_names(
+    r: KeyReader, deployments: list[DeploymentConfig], variants: list[DeploymentConfig]
+) -> None:
+    """A variant is a Deployment: its name must differ from every lone deployment's."""
+    lone = {dep.name for dep in deployments}
+    for dep in variants:
+        if dep.name in lone:
+            r.fail("models", "a variant's name must differ from every deployment's", dep.name)
 
 
 def load_config(path: Path, *, resolve_hosts: bool = True) -> Config:
@@ -214,6 +245,7 @@ _DEPLOYMENT_KEYS = {
     "tuner",
     "model",
     "scale_from_zero",
+    "gpus_per_replica",
 }
 
 
@@ -228,10 +260,17 @@ def _up_to(
 
 
 def _deployment(
-    r: KeyReader, node: Any, path: str, prometheus: PrometheusConfig | None
+    r: KeyReader,
+    node: Any,
+    path: str,
+    prometheus: PrometheusConfig | None,
+    inherit: Inherited | None = None,
 ) -> DeploymentConfig | None:
+    """A lone deployment, or (with `inherit`: its model's name, targets and options) a
+    fleet variant."""
     before = len(r.problems)
-    m = r.mapping(node, path, _DEPLOYMENT_KEYS)
+    keys = _DEPLOYMENT_KEYS if inherit is None else VARIANT_KEYS
+    m = r.mapping(node, path, keys)
     name = r.required(
         m,
         "name",
@@ -239,11 +278,16 @@ def _deployment(
         string(NAME_PATTERN),
         "a Kubernetes name: lower-case letters, digits and '-'",
     )
-    model_name = r.required(m, "model_name", path, string(), "vLLM's --served-model-name")
+    lone = inherit is None
+    if lone:
+        model_name = r.required(m, "model_name", path, string(), "vLLM's --served-model-name")
     source = _source(r, m.get("source"), f"{path}.source", prometheus)
     server = _server(r, m.get("server"), f"{path}.server")
-    slo = parse_slo(r, m, path)
-    low, high, zero = replica_bounds(r, m, path, source)
+    if inherit is None:
+        slo = parse_slo(r, m, path)
+    else:
+        model_name, slo, options, pinned = inherit
+    low, high, zero = replica_bounds(r, m, path, source, variant=inherit is not None)
     window = _up_to(
         r, m, path, "scale_down_stabilization_s", MAX_STABILIZATION_S, "seconds",
         DEFAULT_STABILIZATION_S,
@@ -262,8 +306,11 @@ def _deployment(
     )  # fmt: skip
     initial = initial_params(r, m.get("initial_params"), f"{path}.initial_params")
     tuner = _tuner(r, m.get("tuner"), f"{path}.tuner", server)
-    options = model_options(r, m.get("model"), f"{path}.model")
+    if inherit is None:
+        options = model_options(r, m.get("model"), f"{path}.model")
+        pinned = frozenset(k for k in CV_KEYS if k in (m.get("model") or {}))
     accelerator = accelerator_preset(r, m.get("accelerator"), f"{path}.accelerator")
+    gpus, startup = gpu_count_and_startup(r, m, path, variant=not lone)
     if len(r.problems) > before or name is None or model_name is None or source is None:
         return None
     return DeploymentConfig(
@@ -278,11 +325,13 @@ def _deployment(
         look_ahead_s=look_ahead,
         rate_margin_sigmas=margin,
         model=options,
-        pinned_inputs=frozenset(k for k in CV_KEYS if k in (m.get("model") or {})),
+        pinned_inputs=pinned,
         initial_params=initial,
         accelerator=accelerator,
         tuner=tuner,
         scale_from_zero=zero,
+        gpus_per_replica=gpus,
+        startup_delay_s=startup,
     )
 
 

@@ -20,11 +20,20 @@ _BRACKETS = {")": "(", "]": "[", "}": "{"}
 
 
 def replica_bounds(
-    r: KeyReader, m: Mapping[str, Any], path: str, source: SourceConfig | None
+    r: KeyReader,
+    m: Mapping[str, Any],
+    path: str,
+    source: SourceConfig | None,
+    *,
+    variant: bool = False,
 ) -> tuple[int, int, ScaleFromZeroConfig | None]:
-    """(replicas.min, replicas.max, scale_from_zero) of the deployment mapping `m` at `path`."""
+    """(replicas.min, replicas.max, scale_from_zero) of the deployment mapping `m` at `path`.
+    A fleet `variant` may sit at 0 without scale_from_zero (the plan brings it back) and has
+    a minimum of 0 by default."""
     rep = r.mapping(m.get("replicas"), f"{path}.replicas", {"min", "max"})
-    low = r.get(rep, "min", f"{path}.replicas", integer(0), "must be an integer >= 0", 1)
+    low = r.get(
+        rep, "min", f"{path}.replicas", integer(0), "must be an integer >= 0", 0 if variant else 1
+    )
     high = r.get(
         rep,
         "max",
@@ -37,7 +46,7 @@ def replica_bounds(
         r.fail(f"{path}.replicas.max", f"must be >= replicas.min ({low})", high)
     zero = _scale_from_zero(r, m.get("scale_from_zero"), f"{path}.scale_from_zero")
     central = source is None or source.prometheus_selector is not None
-    if low == 0 and "scale_from_zero" not in m:
+    if low == 0 and "scale_from_zero" not in m and not variant:
         r.fail(
             f"{path}.replicas.min",
             "0 needs a scale_from_zero section and a prometheus_selector source (without pods "
@@ -68,7 +77,7 @@ def _scale_from_zero(r: KeyReader, node: Any, path: str) -> ScaleFromZeroConfig 
         m,
         "demand_query",
         path,
-        _promql,
+        promql_expression,
         f"a PromQL expression of one value, at most {MAX_QUERY_CHARS} characters, with "
         "balanced brackets, e.g. 'sum(rate(router_requests_total[1m]))'",
     )
@@ -87,7 +96,7 @@ def _scale_from_zero(r: KeyReader, node: Any, path: str) -> ScaleFromZeroConfig 
     return ScaleFromZeroConfig(demand_query=query, idle_s=idle, demand=DemandKind(demand))
 
 
-def _promql(value: Any) -> str | None:
+def promql_expression(value: Any) -> str | None:
     """A plausible PromQL expression: text, not blank, bounded, brackets balanced outside
     quotes. Prometheus parses it; this catches what would fail every cycle anyway."""
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_QUERY_CHARS:

@@ -131,4 +131,10 @@ def place(config: Config, environ: Mapping[str, str]) -> tuple[Config, str | Non
                 f"{models} configured models: use fewer shards, got {index}"
             ]
         )
-    return replace(config, deployments=mine, shard=ShardConfig(config.shard.count, index)), replica
+    fleet = config.fleet
+    if fleet is not None:  # a model's variants share its name, so its shard: all or none here
+        names = {dep.name for dep in mine}
+        kept = tuple(m for m in fleet.models if set(m.variants) <= names)
+        fleet = replace(fleet, models=kept) if kept else None
+    shard = ShardConfig(config.shard.count, index)
+    return replace(config, deployments=mine, shard=shard, fleet=fleet), replica

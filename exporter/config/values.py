@@ -145,6 +145,13 @@ class ScaleFromZeroConfig:
 DEFAULT_RATE_MARGIN_SIGMAS = 1.0
 
 
+class Routing(StrEnum):
+    """How a model's traffic reaches its variants' replicas; configuration values."""
+
+    WEIGHTED = "weighted"  # a load-aware gateway gives each variant the rate the plan gives it
+    EVEN = "even"  # one Service round-robins over all pods: every replica gets the same rate
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeploymentConfig:
     """One vLLM deployment to observe, calibrate and size."""
@@ -164,7 +171,10 @@ class DeploymentConfig:
     accelerator: Accelerator | None = None  # with model.architecture: the physical prior
     tuner: TunerConfig = field(default_factory=TunerConfig)
     model: ModelOptions = field(default_factory=ModelOptions)
-    scale_from_zero: ScaleFromZeroConfig | None = None  # min_replicas 0 needs it
+    scale_from_zero: ScaleFromZeroConfig | None = None  # min_replicas 0 needs it (lone)
+    gpus_per_replica: int = 1  # tensor parallelism: the physical prior's peak figures times it
+    # A fleet variant's time from scheduled to ready (s); None: not given (a lone deployment).
+    startup_delay_s: float | None = None
 
     @property
     def serving_min_replicas(self) -> int:
@@ -174,6 +184,49 @@ class DeploymentConfig:
     # The workload CVs the config gives (`model.arrival_cv`, ...): the model uses these, not the
     # measured ones (exporter/sizing/traffic.py).
     pinned_inputs: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceleratorConfig:
+    """One accelerator type a fleet may use: its price and the GPUs there are, a static count
+    or a PromQL query of one value read each cycle (exactly one of the two)."""
+
+    name: Accelerator
+    price_per_gpu_hour: float
+    inventory: int | None = None
+    inventory_query: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetModelConfig:
+    """One model's traffic stream and the deployments (variants) that serve it."""
+
+    name: str  # vLLM's --served-model-name, every variant's model_name
+    priority: int = 0  # larger is served first when GPUs run short
+    routing: Routing = Routing.WEIGHTED
+    variants: tuple[str, ...] = ()  # deployment names
+
+
+# The plan's stability share and untrusted margin (exporter/sizing/fleet/values.py); defaults.
+DEFAULT_SWITCH_SAVING = 0.10
+DEFAULT_UNTRUSTED_MARGIN = 0.25
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetConfig:
+    """The `accelerators` and `models` sections: the deployments that are variants of a model
+    are sized together, by the least-cost plan within the GPUs there are."""
+
+    accelerators: tuple[AcceleratorConfig, ...]
+    models: tuple[FleetModelConfig, ...]
+    switch_saving: float = DEFAULT_SWITCH_SAVING
+    untrusted_margin: float = DEFAULT_UNTRUSTED_MARGIN
+
+    def accelerator(self, name: str) -> AcceleratorConfig:
+        return next(a for a in self.accelerators if a.name == name)
+
+    def model_of(self, deployment: str) -> FleetModelConfig | None:
+        return next((m for m in self.models if deployment in m.variants), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,3 +251,4 @@ class Config:
     deployments: tuple[DeploymentConfig, ...] = ()
     shard: ShardConfig | None = None  # None: one sizer for every deployment
     replica: str | None = None  # the `sizer_replica` label; None: $VLLM_SIZER_REPLICA, or none
+    fleet: FleetConfig | None = None  # the `models` section's variants are in `deployments`

@@ -27,11 +27,14 @@ from exporter.config.values import Config, SourceKind
 from exporter.daemon.cycle_reads import READ_DEADLINE, Reads, late_read, read_deployment
 from exporter.daemon.deployment_state import DeploymentRuntime, restore_state, saved_state
 from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
+from exporter.daemon.fleet_reads import InventoryReader
 from exporter.daemon.log_lines import FailureStreaks, InfeasibleTargets, log_unexpected
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
-from exporter.sizing.cycle import DeploymentCycle, Estimate, Sizer
+from exporter.sizing.cycle import Constraints, DeploymentCycle, Estimate, Sizer
 from exporter.sizing.evidence import extrapolation_ratio
+from exporter.sizing.fleet_cycle import attach_fleet
+from exporter.sizing.fleet_whatif import MixAnswer, mix_from_plan
 from exporter.sizing.recommender import Decision, saturated, slo_headroom_ratio
 from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
 from model import TunerReason
@@ -56,11 +59,13 @@ class Daemon:
         wall_clock: Clock | None = None,
         demand: Mapping[str, DemandSource] | None = None,
         samplers: Mapping[str, ArrivalSampler] | None = None,
+        inventory: Mapping[str, DemandSource] | None = None,
     ) -> None:
         """`clock` drives the cycle (windows, readiness); `wall_clock` (default: `clock`) times
         what is exported, so a simulation's daemon still exports wall-clock timestamps;
         `demand` has the demand query of each deployment with scale_from_zero; `samplers`
-        (sidecar mode, started by the caller) give deployments their arrival CV."""
+        (sidecar mode, started by the caller) give deployments their arrival CV; `inventory`
+        has the query of each accelerator type whose inventory is one (a `models` section)."""
         demand = demand or {}
         missing = [d.name for d in config.deployments if d.scale_from_zero and d.name not in demand]
         if missing:
@@ -86,6 +91,8 @@ class Daemon:
         # What /api/v1/predict answers from: replaced whole once per cycle, read by HTTP threads.
         self._served: Mapping[str, ServedEstimate] = MappingProxyType({})
         self.sizer = Sizer(config.deployments)
+        self.fleet = attach_fleet(self.sizer, config.fleet)
+        self.inventory = InventoryReader(config.fleet, inventory or {}, registry)
         self.runtimes = {
             dep.name: DeploymentRuntime(
                 config=dep,
@@ -113,7 +120,10 @@ class Daemon:
                 estimates[name] = self._observe(runtime, now_s, reads[name])
             except Exception as exc:  # the per-deployment guard, the only catch-all
                 self._cycle_failed(name, exc)
-        decisions = self.sizer.decide(estimates, on_error=self._cycle_failed)
+        constraints = None
+        if self.fleet is not None:
+            constraints = Constraints(inventory=self.inventory.read())
+        decisions = self.sizer.decide(estimates, constraints, on_error=self._cycle_failed)
         observed_any = False
         statuses: list[DeploymentStatus] = []
         for name, runtime in self.runtimes.items():
@@ -124,7 +134,8 @@ class Daemon:
                 statuses.append(
                     deployment_status(runtime.cycle, runtime.observation, runtime.demand_value)
                 )
-        snapshot = CycleSnapshot(tuple(statuses))
+        fleet = None if self.fleet is None else self.fleet.last
+        snapshot = CycleSnapshot(tuple(statuses), fleet)
         self.collector.publish(snapshot)
         self._served = MappingProxyType({
             name: ServedEstimate(
@@ -166,7 +177,9 @@ class Daemon:
         """A deployment whose cycle raised: logged and counted; it publishes its last decision,
         if any, and the other deployments go on."""
         log_unexpected(logger, f"{name}: cycle failed", exc)
-        runtime = self.runtimes[name]
+        runtime = self.runtimes.get(name)
+        if runtime is None:  # the fleet plan: its variants keep their own decisions
+            return
         dep = runtime.config
         self.metrics.scrape_errors.labels(dep.name, dep.source.kind, FailureReason.INTERNAL).inc()
         runtime.observation = None
@@ -299,6 +312,16 @@ class Daemon:
         if deployment in self.runtimes:  # configured, but no cycle has published yet
             raise LookupError(f"deployment {deployment!r} has no calibrated model yet")
         raise LookupError(f"unknown deployment {deployment!r}")
+
+    def predict_mix(self, model: str, rate_rps: float) -> MixAnswer:
+        """The cheapest mix of `model`'s variants for `rate_rps` from the last published plan
+        (LookupError without one). Safe on any thread: it reads one published value."""
+        if self.fleet is None or self.config.fleet is None:
+            raise LookupError("no `models` section: no fleet plan to answer from")
+        status = self.fleet.last
+        inputs = None if status is None else status.inputs
+        desired = {} if status is None else status.desired
+        return mix_from_plan(self.config.fleet, inputs, desired, model, rate_rps)
 
     # -- persistence -----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from enum import StrEnum
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporter.config.values import DemandKind
+from exporter.daemon.exposition_fleet import fleet_families
 from exporter.daemon.exposition_slo import PERCENTILE_GAUGES as PERCENTILE_GAUGES
 from exporter.daemon.exposition_slo import (
     attainment_families,
@@ -28,6 +29,7 @@ from exporter.daemon.metric_names import LABELS as LABELS
 from exporter.daemon.metric_names import PREFIX as PREFIX
 from exporter.daemon.metric_names import S_PER_MS as S_PER_MS
 from exporter.sizing.attainment import ObservedAttainment
+from exporter.sizing.fleet_cycle import FleetStatus
 from exporter.sizing.headroom import Headroom, HeadroomReason
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import Decision
@@ -96,6 +98,7 @@ class CycleSnapshot:
     """The results of one cycle, one entry per configured deployment that has a decision."""
 
     deployments: tuple[DeploymentStatus, ...] = ()
+    fleet: FleetStatus | None = None  # the fleet plan's, with a `models` section
 
 
 EMPTY_SNAPSHOT = CycleSnapshot()
@@ -388,6 +391,7 @@ class SnapshotCollector:
         yield from percentile_families(snapshot.deployments)
         yield from attainment_families(snapshot.deployments)
         yield feasibility_family(snapshot.deployments)
+        yield from fleet_families(snapshot.fleet)
 
 
 def _parameter_sources(snapshot: CycleSnapshot) -> GaugeMetricFamily:

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -67,6 +67,13 @@ class QueryError(ValueError):
 # QueryError or LookupError (unknown deployment / no parameters yet).
 Predictor = Callable[[str, float, int | None, tuple[float, ...]], WhatIf]
 PredictQuery = tuple[str, float, int | None, tuple[float, ...]]
+# (model, total rate req/s) -> the cheapest mix of its variants (exporter.sizing.fleet_whatif);
+# raises LookupError (unknown model, no plan yet).
+MixPredictor = Callable[[str, float], "JsonAnswer"]
+
+
+class JsonAnswer(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
 
 
 def _cut(raw: str) -> str:
@@ -113,6 +120,28 @@ def parse_predict_query(query: str) -> PredictQuery:
     return deployment, rate, replicas, _percentiles(params.get("percentiles", [""])[0])
 
 
+def parse_mix_query(query: str) -> tuple[str, float]:
+    """model (a `models` entry's name) and rate (req/s) of a cheapest-mix query."""
+    params = parse_qs(query, keep_blank_values=True)
+    for name, values in params.items():
+        if name not in ("model", "rate"):
+            raise QueryError(_cut(name), "unknown with `model` (allowed: model, rate)")
+        if len(values) != 1:
+            raise QueryError(name, "given more than once")
+    model = params["model"][0]
+    if not model or len(model) > MAX_DEPLOYMENT_CHARS:
+        raise QueryError("model", f"must be a model name of 1 to {MAX_DEPLOYMENT_CHARS} characters")
+    raw = params.get("rate", [""])[0]
+    rate = float(raw) if _RATE.fullmatch(raw) else math.nan
+    if not 0 <= rate <= MAX_RATE_RPS:
+        raise QueryError(
+            "rate",
+            f"is required: a decimal number from 0 to {MAX_RATE_RPS:g} (requests per second), "
+            f"got {_cut(raw)!r}",
+        )
+    return model, rate
+
+
 def _percentiles(raw: str) -> tuple[float, ...]:
     """Quantiles from `95,99.9`: distinct, in order, at most MAX_PERCENTILES."""
     if not raw:
@@ -152,12 +181,14 @@ class SizerHTTPServer:
         live: Callable[[], bool] = _always_alive,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        mix: MixPredictor | None = None,
     ) -> None:
+        """`mix` answers `/api/v1/predict?model=...&rate=...` (None: such a query is a 404)."""
         if not (math.isfinite(timeout_s) and timeout_s > 0):
             raise ValueError(f"`timeout_s` must be a finite number > 0, got {timeout_s}")
         if max_connections < 1:
             raise ValueError(f"`max_connections` must be >= 1, got {max_connections}")
-        handler = _handler_class(registry, ready, live, predictor, timeout_s)
+        handler = _handler_class(registry, ready, live, predictor, timeout_s, mix)
         self._httpd = _BoundedServer((host, port), handler, max_connections)
         self._thread: threading.Thread | None = None
 
@@ -289,6 +320,7 @@ def _handler_class(
     live: Callable[[], bool],
     predictor: Predictor,
     timeout_s: float,
+    mix: MixPredictor | None = None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "vllm-sizer"
@@ -334,7 +366,13 @@ def _handler_class(
 
         def _predict(self, query: str) -> None:
             try:
-                result = predictor(*parse_predict_query(query))
+                result: JsonAnswer
+                if "model" in parse_qs(query, keep_blank_values=True):
+                    if mix is None:
+                        raise LookupError("no `models` section: no fleet plan to answer from")
+                    result = mix(*parse_mix_query(query))
+                else:
+                    result = predictor(*parse_predict_query(query))
             except QueryError as exc:
                 self._json(400, {"error": str(exc), "parameter": exc.parameter})
             except LookupError as exc:

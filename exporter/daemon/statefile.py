@@ -88,6 +88,17 @@ class StateFile:
         )
 
 
+def read_state(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """(None, state) of a state file, or (why it cannot be used, {}); never moves the file
+    (for a reader beside the daemon, such as `vllm-sizer plan --state`)."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_STATE_BYTES + 1)
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}", {}
+    return _parse(raw)
+
+
 def _parse(raw: bytes) -> tuple[str | None, dict[str, Any]]:
     """(None, state) for a state file's bytes, or (why it is unusable, {})."""
     if len(raw) > MAX_STATE_BYTES:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config.checks import KeyReader, choice, integer, number, read_yaml, string
+from exporter.config.fleet import parse_accelerators
 from exporter.sizing.fleet.values import Routing
 from exporter.testbed.variant_truths import TENSOR_PARALLEL, ServedModel, VariantTruth, truth
 from model.calibration.prior import Accelerator
@@ -130,19 +131,10 @@ def parse_fleet(r: KeyReader, node: Any, path: str) -> FleetSetup | None:
                    "must be a number >= 0 and <= 10", DEFAULT_DEMAND_MARGIN)
     saving = r.get(m, "switch_saving", path, number(0.0, 0.99, inclusive=True),
                    "must be a number >= 0 and < 1", DEFAULT_SWITCH_SAVING)
-    kinds = tuple(a.value for a in Accelerator)
-    accels = r.mapping(m.get("accelerators"), f"{path}.accelerators", set(kinds))
-    prices: dict[str, float] = {}
-    inventory: dict[str, int] = {}
-    for kind, spec in accels.items():
-        where = f"{path}.accelerators.{kind}"
-        a = r.mapping(spec, where, {"price_per_gpu_hour", "inventory"})
-        price = r.required(a, "price_per_gpu_hour", where, number(0.0, inclusive=True),
-                           "must be a number >= 0 (per GPU-hour)")
-        gpus = r.required(a, "inventory", where, integer(0, 100_000),
-                          "must be an integer >= 0 (GPUs)")
-        if price is not None and gpus is not None:
-            prices[str(kind)], inventory[str(kind)] = price, gpus
+    accelerators = parse_accelerators(r, m.get("accelerators"), f"{path}.accelerators",
+                                      queries=False)  # the daemon's schema, static counts only
+    prices = {a.name.value: a.price_per_gpu_hour for a in accelerators}
+    inventory = {a.name.value: a.inventory or 0 for a in accelerators}
     models_node = m.get("models")
     if not isinstance(models_node, list) or not models_node:
         r.fail(f"{path}.models", "must be a non-empty list of models", models_node)

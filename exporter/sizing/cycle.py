@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.pod_observation import Problem
@@ -74,8 +75,26 @@ class Estimate:
 
 @dataclass(frozen=True, slots=True)
 class Constraints:
-    """What holds across deployments when they are decided together (the accelerators there
-    are, when the fleet plan sizes them). None yet: each deployment is decided alone."""
+    """What holds across deployments when they are decided together: the GPUs per accelerator
+    type this cycle (the fleet plan sizes a model's variants within them)."""
+
+    inventory: Mapping[str, int] = field(default_factory=dict)
+
+
+class CrossDeployment(Protocol):
+    """A decision across deployments (the fleet plan: exporter/sizing/fleet_cycle.py)."""
+
+    def transfer_priors(self) -> None:
+        """Before the deployments decide: what one's calibration teaches another's prior."""
+
+    def decide(
+        self,
+        now_s: float,
+        estimates: Mapping[str, Estimate],
+        decisions: dict[str, Decision],
+        inventory: Mapping[str, int],
+    ) -> object:
+        """After they decided alone: replace the decisions it sizes, in place."""
 
 
 class DeploymentCycle:
@@ -206,6 +225,9 @@ class Sizer:
 
     def __init__(self, deployments: Iterable[DeploymentConfig]) -> None:
         self.cycles = {dep.name: DeploymentCycle(dep) for dep in deployments}
+        # The fleet plan over the variants among them, when there are (attached by
+        # exporter.sizing.fleet_cycle.attach_fleet, which builds on this module).
+        self.fleet: CrossDeployment | None = None
 
     def observe(
         self,
@@ -229,8 +251,10 @@ class Sizer:
         """The decision of each deployment with an estimate, by deployment: without
         constraints across them, each alone by its recommender. A deployment whose decision
         raises is handed to `on_error` (when given: else the error propagates) and left out,
-        so the others are still decided."""
-        del constraints  # nothing holds across deployments yet (Constraints)
+        so the others are still decided. With a fleet, its variants' counts are then the
+        plan's within `constraints` (exporter/sizing/fleet_cycle.py)."""
+        if self.fleet is not None:
+            self.fleet.transfer_priors()  # before the variants' hand-overs read their priors
         decisions: dict[str, Decision] = {}
         for name, estimate in estimates.items():
             try:
@@ -239,4 +263,13 @@ class Sizer:
                 if on_error is None:
                     raise
                 on_error(name, exc)
+        if self.fleet is not None and estimates:
+            now_s = max(e.now_s for e in estimates.values())
+            inventory = {} if constraints is None else constraints.inventory
+            try:
+                self.fleet.decide(now_s, estimates, decisions, inventory)
+            except Exception as exc:  # the plan fails alone: the variants keep their own counts
+                if on_error is None:
+                    raise
+                on_error("fleet", exc)
         return decisions

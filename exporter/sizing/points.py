@@ -24,7 +24,7 @@ def new_tuner(dep: DeploymentConfig, seed: ServiceParams | None = None) -> Tuner
         min_observations=dep.tuner.min_observations,
         window_size=dep.tuner.window,
         options=dep.model,
-        prior=default_prior(dep.model.architecture, dep.accelerator),
+        prior=default_prior(dep.model.architecture, dep.accelerator, dep.gpus_per_replica),
     )
 
 

@@ -29,6 +29,7 @@ class Reason(StrEnum):
     TAIL_SHORTFALL = "slo_tail_shortfall"
     HANDOVER = "handover"
     EVIDENCE_BOUND = "evidence_bound"
+    FLEET_PLAN = "fleet_plan"
 
 
 REASON_MESSAGES: dict[Reason, str] = {
@@ -59,4 +60,6 @@ REASON_MESSAGES: dict[Reason, str] = {
     Reason.DEMAND_UNKNOWN: "the demand query failed: 0 replicas stay 0 until it answers",
     Reason.HANDOVER: "the calibration is not trusted yet: sized from the observed load with "
     "the last trusted estimate, else the seed, else the prior (exporter.sizing.handover)",
+    Reason.FLEET_PLAN: "a variant of a model: the count is the fleet plan's, the least-cost mix "
+    "of the model's variants (vllm_sizer_fleet_plan_reason says why)",
 }

@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from model.calibration.prior import ACCELERATORS, Accelerator, AcceleratorSpec, physical_params
+from model.calibration.prior import (
+    ACCELERATORS,
+    Accelerator,
+    AcceleratorSpec,
+    gpus_of,
+    physical_params,
+    transferred,
+)
 from model.queueing.params import ServerConfig, ServiceParams, Workload
 from model.queueing.sizing import max_rate_for_slo
 from model.queueing.variant import LLAMA_3_1_8B, QWEN_2_5_14B, ArchitectureSpec
@@ -174,22 +181,17 @@ def kv_capacity_tokens(arch: ArchitectureSpec, hw: HardwareFacts, tensor_paralle
 def scaling_rule(model: ServedModel, accelerator: Accelerator, tensor_parallel: int = 1
                  ) -> ServiceParams:
     """What our prior's transfer assumes: the H100 fit with beta scaled by peak FLOP/s and
-    alpha and gamma by memory bandwidth, per GPU count (issue: fleet part two)."""
-    hw, ref = ACCELERATORS[Accelerator(accelerator)], ACCELERATORS[Accelerator.H100]
-    a = ANCHORS[ServedModel(model)]
-    k = tensor_parallel
-    bw = ref.memory_bandwidth_bytes_s / (k * hw.memory_bandwidth_bytes_s)
-    return ServiceParams(a.alpha_ms * bw, a.beta_ms * ref.peak_bf16_flops
-                         / (k * hw.peak_bf16_flops), a.gamma_ms * bw)
+    alpha and gamma by memory bandwidth, per GPU count (model.calibration.prior.transferred,
+    as the daemon moves a calibrated sibling's parameters)."""
+    return transferred(ANCHORS[ServedModel(model)], gpus_of(Accelerator.H100),
+                       gpus_of(Accelerator(accelerator), tensor_parallel))
 
 
 def physical_prior(model: ServedModel, accelerator: Accelerator, tensor_parallel: int = 1
                    ) -> ServiceParams:
     """The shipped physical prior (model/calibration/prior.py) with k GPUs' peak figures."""
-    peak = ACCELERATORS[Accelerator(accelerator)]
-    k = tensor_parallel
-    spec = AcceleratorSpec(k * peak.peak_bf16_flops, k * peak.memory_bandwidth_bytes_s)
-    return physical_params(ARCHITECTURES[ServedModel(model)], spec)
+    return physical_params(ARCHITECTURES[ServedModel(model)],
+                           gpus_of(Accelerator(accelerator), tensor_parallel))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -154,10 +154,32 @@ def physical_params(architecture: ArchitectureSpec, accelerator: AcceleratorSpec
     )
 
 
-def default_prior(architecture: ArchitectureSpec | None, accelerator: Accelerator | None) -> Prior:
-    """The physical prior when the model's KV shape and the accelerator are known, else the
-    generic one."""
+def gpus_of(accelerator: Accelerator, gpus: int = 1) -> AcceleratorSpec:
+    """`gpus` accelerators of one type as one: tensor parallelism splits the FLOPs and the bytes
+    each iteration moves across them (its all-reduces are not counted: the prior is a centre,
+    the data moves it)."""
+    if gpus < 1:
+        raise ValueError(f"`gpus` must be an integer >= 1, got {gpus!r}")
+    peak = ACCELERATORS[Accelerator(accelerator)]
+    return AcceleratorSpec(gpus * peak.peak_bf16_flops, gpus * peak.memory_bandwidth_bytes_s)
+
+
+def transferred(params: ServiceParams, source: AcceleratorSpec, target: AcceleratorSpec
+                ) -> ServiceParams:
+    """Parameters calibrated on `source` moved to `target` (each with its GPU count folded in,
+    `gpus_of`): beta (compute per token) scales with peak FLOP/s, alpha (the weights streamed
+    per iteration) and gamma (KV bytes read per token) with memory bandwidth."""
+    bandwidth = source.memory_bandwidth_bytes_s / target.memory_bandwidth_bytes_s
+    beta = params.beta_ms * source.peak_bf16_flops / target.peak_bf16_flops
+    return ServiceParams(params.alpha_ms * bandwidth, beta, params.gamma_ms * bandwidth)
+
+
+def default_prior(
+    architecture: ArchitectureSpec | None, accelerator: Accelerator | None, gpus: int = 1
+) -> Prior:
+    """The physical prior when the model's KV shape and the accelerator are known (on `gpus`
+    of them per replica), else the generic one."""
     if accelerator is None or architecture is None or architecture.kv_bytes_per_token is None:
         return GENERIC_PRIOR
-    params = physical_params(architecture, ACCELERATORS[Accelerator(accelerator)])
+    params = physical_params(architecture, gpus_of(Accelerator(accelerator), gpus))
     return prior_around(params, CentreSource.PHYSICAL)

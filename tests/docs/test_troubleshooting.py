@@ -20,6 +20,7 @@ EXPLAINED = (
     "vllm_sizer_tuner_state{state}",
     "vllm_sizer_tuner_reason{reason}",
     "vllm_sizer_recommendation_reason{reason}",
+    "vllm_sizer_fleet_plan_reason{reason}",
     "vllm_sizer_scrape_errors_total{reason}",
     "vllm_sizer_observation_problems_total{problem}",
 )

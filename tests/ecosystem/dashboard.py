@@ -57,6 +57,21 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_calibration_confidence",
         "vllm_sizer_extrapolation_ratio",
         "vllm_sizer_parameter_source",
+        # A fleet variant's (exporter/daemon/exposition_fleet.py): per deployment, too.
+        "vllm_sizer_variant_trusted",
+        "vllm_sizer_variant_capacity_requests_per_second",
+        "vllm_sizer_variant_transfer_capacity_error_ratio",
+    }
+)
+# The fleet plan's, per model (`model_name`) or accelerator type (`accelerator`).
+FLEET_METRICS = frozenset(
+    {
+        "vllm_sizer_fleet_plan_reason",
+        "vllm_sizer_fleet_demand_requests_per_second",
+        "vllm_sizer_fleet_cost_per_hour",
+        "vllm_sizer_fleet_unserved_requests_per_second",
+        "vllm_sizer_fleet_gpus_available",
+        "vllm_sizer_fleet_gpus_planned",
     }
 )
 # Per-deployment counters of the daemon (label `deployment`, but no `model_name`).
@@ -81,11 +96,12 @@ HEALTH_METRICS = DEPLOYMENT_COUNTERS | frozenset(
         "vllm_sizer_state_save_errors_total",
         "vllm_sizer_build_info",
         "vllm_sizer_started_timestamp_seconds",
+        "vllm_sizer_inventory_read_errors_total",
     }
 )
 # Every series that a panel must filter by deployment="$deployment".
 DEPLOYMENT_LABELLED = PER_DEPLOYMENT_METRICS | DEPLOYMENT_COUNTERS
-EXPORTED_METRICS = PER_DEPLOYMENT_METRICS | HEALTH_METRICS
+EXPORTED_METRICS = PER_DEPLOYMENT_METRICS | FLEET_METRICS | HEALTH_METRICS
 
 # Values Grafana would put in place of the template variables (built-ins and the dashboard's own).
 VARIABLE_VALUES = {

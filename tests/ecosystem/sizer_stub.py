@@ -32,6 +32,7 @@ from exporter.daemon.operation_metrics import (
     CycleOutcome,
     SkippedEvent,
 )
+from exporter.sizing.fleet.values import PlanReason
 from exporter.sizing.traffic import LengthCvKind
 
 PREFIX = "vllm_sizer_"
@@ -174,7 +175,38 @@ class StubCollector:
                     [*key, parameter.value, source.value], float(source.value == current)
                 )
         yield sources
+        yield from self._fleet(v)
         yield from self._operation(v)
+
+    def _fleet(self, v: SizerValues) -> Iterator[Metric]:
+        """A fleet plan's series: this deployment a variant of its model on one L40S type."""
+        model, kind = [v.model_name], ["L40S"]
+        reason = GaugeMetricFamily(PREFIX + "fleet_plan_reason", "plan reason",
+                                   labels=["model_name", "reason"])
+        for member in PlanReason:
+            reason.add_metric([*model, member.value], float(member is PlanReason.LEAST_COST))
+        yield reason
+        for name, value in (("fleet_demand_requests_per_second", 11.0),
+                            ("fleet_cost_per_hour", 5.0),
+                            ("fleet_unserved_requests_per_second", 0.0)):
+            family = GaugeMetricFamily(PREFIX + name, name, labels=["model_name"])
+            family.add_metric(model, value)
+            yield family
+        for name, gpus in (("fleet_gpus_available", 8.0), ("fleet_gpus_planned", 5.0)):
+            family = GaugeMetricFamily(PREFIX + name, name, labels=["accelerator"])
+            family.add_metric(kind, gpus)
+            yield family
+        for name, value in (("variant_trusted", 1.0),
+                            ("variant_capacity_requests_per_second", 2.4),
+                            ("variant_transfer_capacity_error_ratio", 0.12)):
+            family = GaugeMetricFamily(PREFIX + name, name, labels=["deployment", "model_name"])
+            family.add_metric([v.deployment, v.model_name], value)
+            yield family
+        errors = CounterMetricFamily(PREFIX + "inventory_read_errors", "inventory errors",
+                                     labels=["accelerator", "reason"])
+        for failure in FailureReason:
+            errors.add_metric([*kind, failure.value], 0)
+        yield errors
 
     def _operation(self, v: SizerValues) -> Iterator[Metric]:
         """The daemon's own metrics, grown as if a cycle ran every `cycle_period_s`."""

@@ -23,6 +23,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from exporter.daemon.exposition import ENUM_GAUGES, GAUGES, PREFIX
+from exporter.daemon.exposition_fleet import fleet_families
 from exporter.daemon.operation_metrics import OperationMetrics
 from tests.conftest import REPO_ROOT
 from tests.ecosystem.manifests import find, schema_errors
@@ -56,6 +57,8 @@ EXPECTED_ALERTS = {
     "VllmSizerNotCalibrated": ("15m", "warming, for 15 minutes"),
     "VllmSizerPredictionOff": ("10m", "more than 1.5x the finite predicted"),
     "VllmSizerScaleUpNotHappening": ("10m", "above the ready replicas the sizer sees for 10"),
+    "VllmSizerFleetDemandUnserved": ("10m", "has been above 0 for"),
+    "VllmSizerInventoryExhausted": ("15m", "has reached vllm_sizer_fleet_gpus_available"),
 }
 
 Rule = dict[str, Any]
@@ -131,6 +134,7 @@ def _exported_series_names() -> set[str]:
     OperationMetrics(registry, [])
     names |= {sample.name for family in registry.collect() for sample in family.samples}
     names |= {family.name for family in registry.collect()}
+    names |= {family.name for family in fleet_families(None)}
     return names
 
 
@@ -152,7 +156,11 @@ def test_per_deployment_rules_fold_sizer_copies_with_max() -> None:
         if name == "VllmSizerNoSuccessfulCycle":  # per target on purpose: one stuck copy matters
             continue
         selectors = re.findall(r"\bvllm_sizer_[a-z_]+", rule["expr"])
-        folds = re.findall(r"max by \(namespace, deployment\) \(vllm_sizer_", rule["expr"])
+        # The fleet's series are per model or per accelerator type, folded the same way.
+        folds = re.findall(
+            r"max by \(namespace, (?:deployment|model_name|accelerator)\) \(vllm_sizer_",
+            rule["expr"],
+        )
         assert len(folds) == len(selectors), name
         assert "sum" not in rule["expr"], name
 

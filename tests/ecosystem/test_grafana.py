@@ -13,6 +13,7 @@ from tests.ecosystem.dashboard import (
     DEPLOYMENT_COUNTERS,
     DEPLOYMENT_LABELLED,
     EXPORTED_METRICS,
+    FLEET_METRICS,
     PER_DEPLOYMENT_METRICS,
     iter_panels,
     load_dashboard,
@@ -158,6 +159,7 @@ def test_a_broken_query_or_unknown_metric_fails_the_same_checks() -> None:
 
 def test_known_metric_list_matches_what_the_collector_exports() -> None:
     import exporter.daemon.exposition as collector
+    import exporter.daemon.exposition_fleet as exposition_fleet
 
     gauges = {collector.PREFIX + spec.name for spec in collector.GAUGES}
     enums = {collector.PREFIX + spec.name for spec in collector.ENUM_GAUGES}
@@ -177,9 +179,11 @@ def test_known_metric_list_matches_what_the_collector_exports() -> None:
             "slo_target_feasible",
         )
     }
-    assert gauges | enums | percentiles | labelled == names
+    fleet = {m.name for m in exposition_fleet.fleet_families(None)}
+    assert gauges | enums | percentiles | labelled | fleet == names
     assert {m.type for m in families} == {"gauge"}
-    assert set(PER_DEPLOYMENT_METRICS) == names, "dashboard list drifted from the daemon"
+    drifted = "dashboard list drifted from the daemon"
+    assert set(PER_DEPLOYMENT_METRICS) | FLEET_METRICS == names, drifted
 
 
 def test_enum_gauges_are_state_timelines_of_the_current_value() -> None:

@@ -41,6 +41,7 @@ EXPECTED_KINDS = {
     "central-ha/statefulset.yaml": ["StatefulSet"],
     "central-ha/pdb.yaml": ["PodDisruptionBudget"],
     "base/keda-scaledobject.yaml": ["ScaledObject", "TriggerAuthentication"],
+    "fleet-scaledobjects.yaml": ["ScaledObject", "ScaledObject"],
     "scale-to-zero/keda-scaledobject-scale-to-zero.yaml": ["ScaledObject"],
     "hpa.yaml": ["HorizontalPodAutoscaler", "ConfigMap"],
     "base/prometheusrule.yaml": ["PrometheusRule"],

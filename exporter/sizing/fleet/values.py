@@ -8,24 +8,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from exporter.config.values import DEFAULT_STABILIZATION_S
+from exporter.config.values import DEFAULT_STABILIZATION_S, DEFAULT_SWITCH_SAVING
+from exporter.config.values import DEFAULT_UNTRUSTED_MARGIN as DEFAULT_UNTRUSTED_MARGIN
+from exporter.config.values import Routing as Routing
 
-# An untrusted variant is sized at its prior capacity less this share, unless told otherwise.
-DEFAULT_UNTRUSTED_MARGIN = 0.25
-# A mix is replaced only when the new one costs at least this share less.
-DEFAULT_SWITCH_SAVING = 0.10
+# An untrusted variant is sized at its prior capacity less DEFAULT_UNTRUSTED_MARGIN, unless
+# told otherwise; a mix is replaced only when the new one costs at least DEFAULT_SWITCH_SAVING
+# less (both in exporter/config/values.py, where the configuration reads them).
 # The solver's time for one plan, shared by its stages: a stage that runs out keeps the best
 # plan found so far (proven optimal when every stage finishes). A plan out of time takes all
 # of it and about 0.1-0.4 s more (enumeration, quick plans): 0.6 s keeps a 200-model decision
 # under a second (bench/fleet_speed.py).
 DEFAULT_SOLVE_TIME_LIMIT_S = 0.6
-
-
-class Routing(StrEnum):
-    """How a model's traffic reaches its replicas."""
-
-    WEIGHTED = "weighted"  # a load-aware gateway gives each variant the rate the plan gives it
-    EVEN = "even"  # one Service round-robins over all pods: every replica gets the same rate
 
 
 class PlanReason(StrEnum):
