@@ -1,9 +1,10 @@
 """The replay's reports stay those of the engine before issue 45's speed work (the numpy replica
 step, every window read through the exposition text, the policies in one process): a short
-slice of the bench's generated diurnal trace and of the shared real trace, four policies, each
-report compared figure by figure within 1e-9 to the one that engine wrote
-(tests/data/replay-reference-*.json). Regenerate only for a deliberate change of behaviour:
-`python -m tests.exporter.replay.test_replay_reference --write`, and say why in the commit.
+slice of the bench's generated diurnal trace and of the shared real trace, four policies (in
+this process, and in 2 or 3 processes), each report compared figure by figure within 1e-9 to
+the one that engine wrote (tests/data/replay-reference-*.json). Regenerate only for a
+deliberate change of behaviour: `python -m tests.exporter.replay.test_replay_reference
+--write`, and say why in the commit.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import pytest
 import yaml
 
 from bench.replay_trace import CONFIG, write_trace
+from exporter.replay.parallel import replay_parallel
 from exporter.replay.policies import PolicyName
-from exporter.replay.session import replay, result_json
+from exporter.replay.session import result_json
 from exporter.replay.settings import load_settings
 from exporter.replay.trace import TraceReader, Transform
 from tests.conftest import DATA_DIR, shared_path
@@ -37,24 +39,28 @@ def _expected_path(name: str) -> Path:
     return DATA_DIR / f"replay-reference-{name}.json"
 
 
-def _report(name: str, work: Path) -> dict[str, Any]:
-    """The JSON report of one reference replay (run-dependent keys left out)."""
+def _report(name: str, work: Path, jobs: int = 1) -> dict[str, Any]:
+    """The JSON report of one reference replay (run-dependent keys left out); `jobs` > 1:
+    the policies in that many processes."""
     config = work / "config.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
     settings = load_settings(config)
     truth = settings.truth
     assert truth is not None
-    rng = np.random.default_rng(SEED)
     if name == "generated":
         path = work / "trace.csv"
         write_trace(path, GENERATED_REQUESTS, SEED, span_s=GENERATED_SPAN_S)
-        reader = TraceReader(path, rng=rng)
+        transform = Transform()
     else:
-        reader = TraceReader(shared_path("data", "traces", "mooncake-conversation.jsonl"),
-                             rng=rng, transform=Transform(spread_s=3.0,
-                                                          window_end_s=REAL_WINDOW_S))
-    with reader:
-        result = replay(settings, truth, tuple(PolicyName), reader)
+        path = shared_path("data", "traces", "mooncake-conversation.jsonl")
+        transform = Transform(spread_s=3.0, window_end_s=REAL_WINDOW_S)
+
+    def reader() -> TraceReader:
+        return TraceReader(path, rng=np.random.default_rng(SEED), transform=transform)
+
+    result = replay_parallel(settings, truth, tuple(PolicyName), reader, jobs=jobs)
+    if jobs > 1:
+        assert result.rows_read is not None and result.rows_read > 1000
     out = json.loads(json.dumps(result_json(result, 2.5)))
     out.pop("wall_s")
     return dict(out)
@@ -80,10 +86,11 @@ def _differences(expected: Any, got: Any, where: str = "") -> list[str]:
     return [f"{where}: {expected!r} != {got!r}"]
 
 
-@pytest.mark.parametrize("name", ["generated", "real"])
-def test_report_equals_the_reference_engine(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name,jobs", [("generated", 1), ("real", 1), ("generated", 2),
+                                       ("real", 3)])
+def test_report_equals_the_reference_engine(name: str, jobs: int, tmp_path: Path) -> None:
     expected = json.loads(_expected_path(name).read_text())
-    got = _report(name, tmp_path)
+    got = _report(name, tmp_path, jobs)
     assert expected["arrivals"] > 1000  # the slice holds real work
     differences = _differences(expected, got)
     assert not differences, "\n".join(differences[:20])
