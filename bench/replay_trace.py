@@ -7,9 +7,11 @@ linear every 5 minutes), Poisson arrivals, lognormal lengths with a real-traffic
 mean 1024 tokens CV 1.5, outputs mean 256 CV 1.2, each capped at 16384), written in the Azure
 trace's format (TIMESTAMP with seven fractional digits, ContextTokens, GeneratedTokens). The
 serving truth is paper Table I (Llama-3.1-8B, H100); targets: mean TTFT 200 ms, mean ITL 30 ms,
-p95 TTFT 1 s; 1-12 replicas, new ones ready after 90 s. The command runs as a child process; its
-peak RSS and CPU time are the kernel's (RUSAGE_CHILDREN): on a machine other work loads, the
-CPU time is what the command would take alone on one core.
+p95 TTFT 1 s; 1-12 replicas, new ones ready after 90 s. The command runs as a child process, its
+policies in that one process (`--jobs 1`: the kernel's peak RSS is then the whole command's;
+bench/replay_scale.py measures the parallel processes); its peak RSS and CPU time are the
+kernel's (RUSAGE_CHILDREN): on a machine other work loads, the CPU time is what the command
+would take alone on one core.
 
 Writes bench/results/replay_trace.json (timing, memory, the report's per-policy figures) and
 bench/results/replay_trace.png. Run: .venv/bin/python bench/replay_trace.py [--requests N]
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         command = [sys.executable, "-m", "exporter.cli.main", "replay", "--trace", trace.name,
                    "--config", config.name, "--policy", POLICIES, "--out", out.name,
                    "--seed", str(args.seed), "--price-per-replica-hour", "2.5",
-                   "--no-fixed-best"]  # the command's own cost, not the fixed-fleet search's
+                   "--no-fixed-best",  # the command's own cost, not the fixed-fleet search's
+                   "--jobs", "1"]
         load = os.getloadavg()
         began = time.perf_counter()
         done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False,

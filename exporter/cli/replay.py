@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -40,6 +41,7 @@ from exporter.replay.arrivals import DrawnArrivals, ProfileArrivals, load_rate_p
 from exporter.replay.engine import ArrivalSource, Step
 from exporter.replay.fleet_setup import is_fleet_config
 from exporter.replay.hindsight import fixed_best, scored
+from exporter.replay.parallel import replay_parallel
 from exporter.replay.policies import PolicyName
 from exporter.replay.report import json_safe, plot, table
 from exporter.replay.scaling import ScaleMode, independent_users
@@ -118,6 +120,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--interarrival-cv", type=number_flag(0.0, MAX_CV),
                    default=_DEFAULTS["interarrival_cv"],
                    help="rate profile: CV of the gaps between arrivals (1: Poisson)")
+    p.add_argument("--jobs", type=int_flag(0, 256), default=0, metavar="N",
+                   help="replay the policies in N processes (0: one per policy, at most one "
+                        "per CPU; 1: in this process); the report is the same")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress on stderr (auto: a bar on a terminal, else a line every "
                         f"{PROGRESS_EVERY_S:g} s; always: the bar)")
@@ -329,9 +334,17 @@ def _replay(args: argparse.Namespace) -> int:
                         terminal=terminal or args.progress == "always") if show else None
     stopping = _StopOnSignal()
     try:
-        result = replay(settings, truth, args.policy, source,
-                        on_step=None if progress is None else progress.update,
-                        stop=stopping.requested)
+        jobs = args.jobs or min(os.cpu_count() or 1, len(args.policy))
+        if jobs > 1 and len(args.policy) > 1:
+            result = replay_parallel(
+                settings, truth, args.policy,
+                lambda: _arrivals(args, transform, np.random.default_rng(args.seed))[0],
+                jobs=jobs, on_step=None if progress is None else progress.update,
+                stop=stopping.requested)
+        else:
+            result = replay(settings, truth, args.policy, source,
+                            on_step=None if progress is None else progress.update,
+                            stop=stopping.requested)
         if progress is not None:
             progress.close()
         report = result_json(result, args.price_per_replica_hour)
@@ -356,9 +369,12 @@ def _replay(args: argparse.Namespace) -> int:
         stopping.restore()
         if isinstance(source, TraceReader):
             source.close()
-    report["bad_rows_skipped"] = skipped + getattr(source, "bad_rows", 0)
+    # Read in another process (--jobs) or here.
+    read = source if result.rows_read is None else result
+    report["bad_rows_skipped"] = skipped + getattr(read, "bad_rows", 0)
     report["seed"] = args.seed
-    report["input"] = _input(args, getattr(source, "rows", None))
+    report["input"] = _input(args, getattr(read, "rows_read" if read is result else "rows",
+                                           None))
     report["options"] = _options(args)
     print(table(report))
     if report["bad_rows_skipped"]:

@@ -25,7 +25,7 @@ O(1) in the stretch's length (a trace with rows 1e9 s apart replays in seconds).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -118,6 +118,7 @@ class FleetSettings:
     sample_s: float = 1.0  # gauge samples inside a window
     max_jump_s: float = 1.0  # decode runs are cut so the gauges move smoothly
     router: Router = Router.ROUND_ROBIN
+    compiled_step: bool = True  # False: the simulator's numpy replica step (a reference)
 
     def __post_init__(self) -> None:
         require_positive("window_s", self.window_s)
@@ -200,10 +201,18 @@ class Engine:
     """Drives the arms' fleets through the arrivals, window by window."""
 
     def __init__(
-        self, fleet: FleetSettings, arms: Sequence[Arm], *, rest_windows: int | None = None
+        self,
+        fleet: FleetSettings,
+        arms: Sequence[Arm],
+        *,
+        rest_windows: int | None = None,
+        rest_vote: Callable[[bool], bool] | None = None,
     ) -> None:
         """`rest_windows`: skip idle stretches once every arm has been at rest that many
-        windows (see the module docstring); None never skips."""
+        windows (see the module docstring); None never skips. `rest_vote`: given whether this
+        engine's arms were at rest in a window, whether every arm of the replay was (arms
+        run in several processes, exporter/replay/parallel.py, skip stretches together)."""
+        self._vote = rest_vote
         if rest_windows is not None:
             require_int_at_least("rest_windows", rest_windows, 1)
         self.rest_windows = rest_windows
@@ -227,6 +236,7 @@ class Engine:
             startup_delay_s=f.startup_delay_s,
             max_jump_s=f.max_jump_s,
             record_iterations=True,
+            compiled_step=f.compiled_step,
         )
         return _Running(arm, sim, arm.initial_replicas, sim.replica_status())
 
@@ -256,6 +266,8 @@ class Engine:
                 return
             rest = len(chunk) == 0 and all(
                 run.at_rest(prev) for run, prev in zip(self._running, before, strict=True))
+            if self._vote is not None:
+                rest = self._vote(rest)
             quiet = quiet + 1 if rest else 0
             skip_to = self._skip_to(arrivals, k, windows, quiet)
             if skip_to is not None:

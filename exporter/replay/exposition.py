@@ -5,6 +5,11 @@ every serving replica's /metrics text is filtered and parsed by the collector's 
 included. So what a policy reads carries the collector's own errors: histogram means, the
 first window of a new pod, a draining pod's last reads. Only HTTP is left out.
 
+Rendering and parsing the text was a third of a replay's time (issue 45), and the round trip
+is exact: the pods' samples are built from the emulator's values instead
+(exporter/replay/pod_values.py), and every `text_every`-th read still goes through the text and
+must give the same sample, value for value (a difference stops the replay).
+
 `PerfectObserver` is the other observer: the simulator's own figures (exporter/replay/perfect.py).
 """
 
@@ -25,11 +30,15 @@ from exporter.collector.vllm_metrics import (
     wanted_sample_names,
 )
 from exporter.replay.perfect import WindowView, observe_window
+from exporter.replay.pod_values import pod_values
 from exporter.testbed.emulator import DEFAULT_MAX_MODEL_LEN
 from exporter.testbed.emulator_metrics import ReplicaMetrics
+from model.queueing.validation import require_int_at_least
 from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, Simulator
 
+# Every so many pod reads, the text path too, checked against the values (the first read is).
+TEXT_EVERY = 100
 _SERVING = (ReplicaState.READY, ReplicaState.DRAINING)  # what answers /metrics (as the emulator)
 # The reader keeps only these samples (and checks their family's TYPE); the other samples are
 # left out of the rendered text and HELP lines dropped before parsing: the same PodSample in a
@@ -97,7 +106,17 @@ class ExpositionObserver:
         kv_capacity_tokens: int,
         max_model_len: int = DEFAULT_MAX_MODEL_LEN,
         deployment: str = "sim",
+        values: bool = True,
+        text_every: int | None = TEXT_EVERY,
     ) -> None:
+        """`values`: read each pod's figures as values (exporter/replay/pod_values.py) and
+        the text only every `text_every`-th read, to check them (None: never); False: every
+        read through the text, as a scrape."""
+        if text_every is not None:
+            require_int_at_least("text_every", text_every, 1)
+        self._values = values
+        self._text_every = text_every
+        self._reads = 0
         self._model_name = model_name
         self._kv = kv_capacity_tokens
         self._max_model_len = max_model_len
@@ -170,6 +189,24 @@ class ExpositionObserver:
         return replica
 
     def _read(self, index: int, replica: _Replica, time_s: float) -> PodSample:
+        """The pod's sample: as values, and through the text on every `text_every`-th read
+        (then both must agree, value for value)."""
+        pod = f"replica-{index}"
+        self._reads += 1
+        sample = None
+        if self._values:
+            sample = pod_values(replica.metrics, pod=pod, time_s=time_s,
+                                model_name=self._model_name)
+        if sample is not None and (self._text_every is None
+                                   or (self._reads - 1) % self._text_every):
+            return sample
+        text = self._read_text(index, replica, time_s)
+        if sample is not None and sample != text:
+            raise RuntimeError(f"{pod} at {time_s:g} s: the values read {sample} but the "
+                                 f"exposition text {text}")
+        return text
+
+    def _read_text(self, index: int, replica: _Replica, time_s: float) -> PodSample:
         """The pod's /metrics, the lines the reader uses, parsed by the reader."""
         body = generate_latest(replica.registry)
         kept = b"\n".join(line for line in body.split(b"\n") if _used(line))

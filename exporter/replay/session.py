@@ -43,6 +43,9 @@ class ReplayResult:
     rejected: dict[str, int] = field(default_factory=dict)
     final_params: dict[str, dict[str, float] | None] = field(default_factory=dict)
     wall_s: float = 0.0
+    # What the arrival source read, when it was read in another process (parallel.py).
+    rows_read: int | None = None
+    bad_rows: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -82,8 +85,11 @@ def rest_windows(settings: ReplaySettings) -> int:
     return max(timed, tuner.min_observations, tuner.window) + 1
 
 
-def fleet_settings(settings: ReplaySettings, truth: ServiceParams) -> FleetSettings:
+def fleet_settings(
+    settings: ReplaySettings, truth: ServiceParams, *, reference: bool = False
+) -> FleetSettings:
     return FleetSettings(
+        compiled_step=not reference,
         params=truth,
         server=settings.deployment.server,
         kv_capacity_tokens=settings.kv_capacity_tokens,
@@ -92,12 +98,13 @@ def fleet_settings(settings: ReplaySettings, truth: ServiceParams) -> FleetSetti
     )
 
 
-def build_arm(settings: ReplaySettings, name: PolicyName) -> Arm:
-    """One policy's arm: observed through the exposition, scaled by its HPA (fixed: as is)."""
+def build_arm(settings: ReplaySettings, name: PolicyName, *, reference: bool = False) -> Arm:
+    """One policy's arm: observed through the exposition, scaled by its HPA (fixed: as is);
+    `reference`: every pod read through the exposition text."""
     dep = settings.deployment
     observer = ExpositionObserver(
         model_name=dep.model_name, kv_capacity_tokens=settings.kv_capacity_tokens,
-        deployment=dep.name,
+        deployment=dep.name, values=not reference,
     )  # fmt: skip
     sizer_hpa = Hpa(settings.sizer_behavior, dep.min_replicas, dep.max_replicas)
     match name:
@@ -126,13 +133,19 @@ def replay(
     on_step: Callable[[Step, ReplayResult], None] | None = None,
     stop: Callable[[], bool] = lambda: False,
     skip_idle: bool = True,
+    reference: bool = False,
+    rest_vote: Callable[[bool], bool] | None = None,
 ) -> ReplayResult:
     """Replay `arrivals` under each policy until they run out or `stop()` says so (checked
-    after each window); `skip_idle` skips idle stretches whole (the same report, in O(1))."""
+    after each window); `skip_idle` skips idle stretches whole (the same report, in O(1)).
+    `reference`: the engine as it was before issue 45 (the simulator's numpy replica step,
+    every pod read through the exposition text), for the benches and tests that compare;
+    `rest_vote`: see `Engine` (exporter/replay/parallel.py runs policies in processes)."""
     began = time.perf_counter()
-    arms = [build_arm(settings, name) for name in policies]
-    engine = Engine(fleet_settings(settings, truth), arms,
-                    rest_windows=rest_windows(settings) if skip_idle else None)
+    arms = [build_arm(settings, name, reference=reference) for name in policies]
+    engine = Engine(fleet_settings(settings, truth, reference=reference), arms,
+                    rest_windows=rest_windows(settings) if skip_idle else None,
+                    rest_vote=rest_vote)
     names = tuple(name.value for name in policies)
     result = ReplayResult(
         settings, truth, names,

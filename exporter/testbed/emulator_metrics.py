@@ -306,6 +306,26 @@ class ReplicaMetrics:
         with self._lock:
             self._gauges.update(running=float(running), waiting=float(waiting), kv=kv_usage_ratio)
 
+    def totals(self, keys: Sequence[str]) -> tuple[dict[str, float], dict[str, float],
+                                                   dict[str, tuple[FloatArray, FloatArray, float]]]:
+        """Copies of the counters, the gauges and the histograms named (`_HISTOGRAMS`' keys:
+        bounds, cumulative counts with +Inf last, sum): the values `collect` renders, for a
+        reader that takes them without the text (exporter/replay/pod_values.py)."""
+        with self._lock:
+            hists = {k: (self._hists[k].bounds, np.cumsum(self._hists[k].counts),
+                         self._hists[k].total) for k in keys}
+            return dict(self._counters), dict(self._gauges), hists
+
+    @property
+    def created_s(self) -> float:
+        """The process start time exported (s)."""
+        return self._created_s
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """num_gpu_blocks x block_size as cache_config_info exports them."""
+        return int(self._cache_labels["num_gpu_blocks"]) * int(self._cache_labels["block_size"])
+
     def describe(self) -> Iterator[Metric]:
         return self.collect()
 

@@ -15,6 +15,8 @@ from model.queueing.percentile_sizing import PercentileTarget
 from model.queueing.percentiles import LatencyMetric, latency_quantiles
 from model.queueing.sizing import max_rate_for_slo
 from model.queueing.variant import DEFAULT_MODEL, PAPER_MODEL, ModelOptions
+from model.simulation.simulator import simulate
+from model.simulation.workloads import RequestTrace
 
 _PARAMS = ServiceParams(5.0, 0.05, 5e-5)
 _SERVER = ServerConfig(max_batch_size=4, max_num_batched_tokens=64)
@@ -40,6 +42,9 @@ def compile_model_kernel() -> None:
         for r in (0.5, 1.0, 2.0)
     ]  # fmt: skip
     fit(points, _SERVER)
+    # The simulator's compiled replica step (a replay's), preemption included.
+    trace = RequestTrace(np.array([0.0, 0.0, 0.1]), np.array([60, 50, 40]), np.array([30, 20, 5]))
+    simulate(_PARAMS, _SERVER, trace, kv_capacity_tokens=150)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from model.queueing.params import ServerConfig, ServiceParams
+from model.simulation import step_kernel as kernel
 from model.simulation.request_table import FifoQueue, RequestTable
 
 FloatArray = NDArray[np.float64]
@@ -81,7 +82,10 @@ class Replica:
         kv_capacity_tokens: int | None,
         max_jump_s: float,
         record: bool,
+        compiled: bool = True,
     ) -> None:
+        """`compiled`: each step in one compiled call (model/simulation/step_kernel.py);
+        False: the numpy code below, the reference the compiled step is tested against."""
         self.index = index
         self.state = ReplicaState.STARTING
         self.generation = 0  # bumps when the pending IterationEnd event is superseded
@@ -95,16 +99,18 @@ class Replica:
         self._kv_cap = kv_capacity_tokens
         self._max_jump_ms = max_jump_s * 1000.0
         self._record = record
+        self._compiled = compiled
         self._req = requests
         self.waiting = FifoQueue()
         b = self._max_seqs
-        self._slot_req = np.zeros(b, dtype=np.int64)
-        self._pending = np.zeros(b, dtype=np.int64)  # tokens to compute before the next output
-        self._context = np.zeros(b, dtype=np.int64)  # KV tokens written
-        self._emitted = np.zeros(b, dtype=np.int64)
-        self._n_out = np.zeros(b, dtype=np.int64)
+        self._slots = np.zeros((kernel.SLOT_ROWS, b), dtype=np.int64)  # rows as named below
+        self._slot_req = self._slots[kernel.REQ]
+        self._pending = self._slots[kernel.PENDING]  # tokens to compute before the next output
+        self._context = self._slots[kernel.CONTEXT]  # KV tokens written
+        self._emitted = self._slots[kernel.EMITTED]
+        self._n_out = self._slots[kernel.N_OUT]
+        self._alloc = self._slots[kernel.ALLOC]
         self._last_emit_s = np.zeros(b)
-        self._alloc = np.zeros(b, dtype=np.int64)
         self.running = 0
         self.busy = False
         # The iteration in flight: start, count, first duration and per-iteration increase (ms).
@@ -127,6 +133,8 @@ class Replica:
 
     def start_iteration(self, now_s: float) -> float | None:
         """Schedule the next iteration at now_s; its end time (s), or None when idle."""
+        if self._compiled:
+            return self._start_compiled(now_s)
         r = self.running
         budget = self._budget
         used = 0
@@ -161,6 +169,28 @@ class Replica:
         alloc = self._alloc[:r]
         tokens = int(alloc.sum())
         ctx = int(np.dot(self._context[:r], alloc > 0)) + tokens
+        return self._begin_one(now_s, tokens, ctx, preempted)
+
+    def _start_compiled(self, now_s: float) -> float | None:
+        req = self._req
+        buf, head, tail = self.waiting.raw(front_room=self.running)
+        outcome, r, head, preempted, tokens, ctx = kernel.plan(
+            self._slots, self._last_emit_s, self.running, self._budget,
+            -1 if self._kv_cap is None else self._kv_cap, self._max_seqs, buf, head, tail,
+            now_s, req.cached_tokens, req.input_tokens, req.output_tokens, req.emitted,
+            req.last_emit_s, req.preemptions, req.first_sched_s,
+        )  # fmt: skip
+        self.waiting.moved(head)
+        self.running = r
+        if outcome == kernel.JUMP:
+            return self._start_run(now_s, tokens, ctx)
+        if outcome == kernel.IDLE:
+            self.busy = False
+            return None
+        return self._begin_one(now_s, tokens, ctx, preempted)
+
+    def _begin_one(self, now_s: float, tokens: int, ctx: int, preempted: int) -> float:
+        """One iteration computing `tokens` and reading `ctx` KV tokens; its end (s)."""
         self._begin(now_s, 1, self._alpha + self._beta * tokens + self._gamma * ctx, 0.0, False)
         self._iter_preempted = preempted
         self.preemptions += preempted
@@ -186,6 +216,8 @@ class Replica:
         r = self.running
         k = self._k
         self.iterations += k
+        if self._compiled:
+            return self._finish_compiled(now_s, r, k)
         emitted = self._emitted[:r]
         last = self._last_emit_s[:r]
         if self._jump:
@@ -221,6 +253,27 @@ class Replica:
         if finished.size:
             self._req.finish_s[finished] = now_s
             self._compact(~done)
+        return self._recorded(now_s, k, tokens, n_emitted, gaps, weights, first_ids, finished)
+
+    def _finish_compiled(self, now_s: float, r: int, k: int) -> IterationRecord | None:
+        req = self._req
+        if self._jump:
+            first_end_s = self._start_s + self._t0_ms / 1000.0
+            self.running, gaps, weights, finished = kernel.apply_jump(
+                self._slots, self._last_emit_s, r, k, now_s, first_end_s, self._t0_ms,
+                self._dt_ms, self._record, req.finish_s)
+            first_ids, n_emitted, tokens = _EMPTY_I, k * r, r
+        else:
+            self.running, n_emitted, tokens, gaps, weights, first_ids, finished = (
+                kernel.apply_iteration(self._slots, self._last_emit_s, r, now_s,
+                                       req.first_token_s, req.finish_s))
+        return self._recorded(now_s, k, tokens, n_emitted, gaps, weights, first_ids, finished)
+
+    def _recorded(
+        self, now_s: float, k: int, tokens: int, n_emitted: int, gaps: FloatArray,
+        weights: IntArray, first_ids: IntArray, finished: IntArray,
+    ) -> IterationRecord | None:
+        """The record of the iteration just applied, when recording."""
         if not self._record:
             return None
         for arr in (gaps, weights, first_ids, finished):
@@ -229,7 +282,7 @@ class Replica:
             replica=self.index,
             end_s=now_s,
             iterations=k,
-            tokens_per_iteration=tokens,
+            tokens_per_iteration=int(tokens),
             emitted_tokens=n_emitted,
             preemptions=self._iter_preempted,
             gap_s=gaps,
@@ -244,6 +297,11 @@ class Replica:
         context = int(self._context[:r].sum())
         if self._kv_cap is not None:
             k = min(k, max(1, (self._kv_cap - context) // r))
+        return self._start_run(now_s, k, context)
+
+    def _start_run(self, now_s: float, k: int, context: int) -> float:
+        """A run of up to k one-token decode iterations over `context` KV tokens; its end."""
+        r = self.running
         t0 = self._alpha + self._beta * r + self._gamma * (context + r)
         self._begin(now_s, k, t0, self._gamma * r, True)
         if k > 1 and math.isfinite(self._max_jump_ms):

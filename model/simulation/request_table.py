@@ -115,6 +115,17 @@ class FifoQueue:
         """Drop the first `count` ids."""
         self._head += min(count, len(self))
 
+    def raw(self, front_room: int) -> tuple[IntArray, int, int]:
+        """The buffer, head and tail, with at least `front_room` free places before the head:
+        for a compiled step that pops from and pushes to the front in place (then `moved`)."""
+        if front_room > self._head:
+            self._rebuild(front_room=front_room, extra=0)
+        return self._buf, self._head, self._tail
+
+    def moved(self, head: int) -> None:
+        """The head after a compiled step popped or pushed at the front of `raw`'s buffer."""
+        self._head = head
+
     def _rebuild(self, *, front_room: int, extra: int) -> None:
         n = len(self)
         cap = max(_INITIAL_CAPACITY, 2 * (n + front_room + extra))

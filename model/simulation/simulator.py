@@ -135,7 +135,10 @@ class Simulator:
         startup_delay_s: float = 0.0,
         max_jump_s: float = math.inf,
         record_iterations: bool = False,
+        compiled_step: bool = True,
     ) -> None:
+        """`compiled_step`: each replica's engine step compiled (model/simulation/
+        step_kernel.py); False: numpy, the reference it is tested against (same results)."""
         require_int_at_least("replicas", replicas, 0)
         if kv_capacity_tokens is not None:
             require_int_at_least("kv_capacity_tokens", kv_capacity_tokens, 1)
@@ -148,6 +151,7 @@ class Simulator:
         self._startup_delay_s = require_non_negative("startup_delay_s", startup_delay_s)
         self._max_jump_s = float(max_jump_s)
         self._record = record_iterations
+        self._compiled_step = compiled_step
         self._requests = RequestTable()
         self._replicas: list[Replica] = []
         self._pending = FifoQueue()  # arrivals waiting for any ready replica
@@ -376,6 +380,7 @@ class Simulator:
             kv_capacity_tokens=self._kv_cap,
             max_jump_s=self._max_jump_s,
             record=self._record,
+            compiled=self._compiled_step,
         )
         self._replicas.append(replica)
         return replica

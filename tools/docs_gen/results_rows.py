@@ -112,8 +112,8 @@ ROWS = (
     Row(
         "`vllm-sizer replay`, 1 h, 50k requests, 4 policies",
         "replica-hours / windows meeting every target (of {n}): ours {o} / {om}, throughput "
-        "analyzer {t} / {tm}, reactive KEDA {r} / {rm}, fixed {f} / {fm}; {wall} s wall, "
-        "{rss} MB peak RSS",
+        "analyzer {t} / {tm}, reactive KEDA {r} / {rm}, fixed {f} / {fm}; {cpu} s CPU "
+        "({wall} s wall at load {load}), {rss} MB peak RSS",
         {
             "n": Figure("replay_trace.json", "report/windows", "int"),
             "o": _policy("ours", "replica_hours"),
@@ -124,7 +124,9 @@ ROWS = (
             "rm": _policy("reactive", "all_targets/met", "int"),
             "f": _policy("fixed", "replica_hours"),
             "fm": _policy("fixed", "all_targets/met", "int"),
+            "cpu": Figure("replay_trace.json", "cpu_s", "f0"),
             "wall": Figure("replay_trace.json", "wall_s", "f0"),
+            "load": Figure("replay_trace.json", "load_average_before", "f0"),
             "rss": Figure("replay_trace.json", "peak_rss_mb", "f0"),
         },
         "../getting-started/replay.md",

@@ -15,7 +15,8 @@ then names no host, and the cache serves any x86-64 node.
 numba keys a function's cached code to its own source file only, while the kernel's functions
 call one another and read constants across its modules: after an edit (or a merge) of one
 module, the others' cached code would keep the old callee or constant. So every kernel
-function's cache is keyed to the contents of all the kernel's modules together.
+function's cache is keyed to the contents of all the kernel's modules together, the
+simulator's compiled replica step (model/simulation/step_kernel.py) included.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from numba.core import caching
 
 _F = TypeVar("_F", bound=Callable[..., object])
 _HERE = Path(__file__).resolve().parent
-_KERNEL_SOURCES = ("*.py",)
+_MODEL = _HERE.parents[1]
+_KERNEL_SOURCES = ("queueing/kernel/*.py", "simulation/step_kernel.py")  # under model/
 
 
 @cache
@@ -40,7 +42,7 @@ def _kernel_stamp() -> str:
     """Hash of the source of every module of the kernel."""
     digest = hashlib.sha256()
     for pattern in _KERNEL_SOURCES:
-        for path in sorted(_HERE.glob(pattern)):
+        for path in sorted(_MODEL.glob(pattern)):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 

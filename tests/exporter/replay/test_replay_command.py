@@ -102,6 +102,26 @@ def test_skip_bad_rows_counts_them(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "1 malformed rows skipped" in capsys.readouterr().out
 
 
+def test_policies_in_two_processes_report_what_one_process_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--jobs 2 reads the trace in the processes: the rows read and the bad rows skipped are
+    theirs, and a malformed row still stops the command with its row and column."""
+    bad = _with_bad_row(tmp_path)
+    for jobs in ("1", "2"):
+        assert _replay(tmp_path / jobs, "--policy", "fixed,reactive", "--skip-bad-rows",
+                       "--jobs", jobs, trace=bad) == 0
+    one, two = _report(tmp_path / "1"), _report(tmp_path / "2")
+    for report in (one, two):
+        report.pop("wall_s"), report["options"].pop("out"), report["options"].pop("jobs")
+    assert one == two
+    assert two["bad_rows_skipped"] == 1 and two["input"]["rows_read"] > 1000
+    capsys.readouterr()
+    assert _replay(tmp_path / "stop", "--policy", "fixed,reactive", "--jobs", "2",
+                   trace=bad) == 2
+    assert "row 101 (line 102), column 'ContextTokens'" in capsys.readouterr().err
+
+
 def test_missing_truth_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = yaml.safe_load(CONFIG.read_text())
     del config["replay"]["truth"]
