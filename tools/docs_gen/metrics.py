@@ -25,6 +25,7 @@ from exporter.daemon.exposition import BuildInfoCollector, Parameter, ParameterS
 from exporter.daemon.operation_metrics import CycleOutcome, QueryMetrics, SkippedEvent
 from exporter.daemon.replica_label import register_start
 from exporter.sizing.attainment import Bound
+from exporter.sizing.forecasters import ForecasterName
 from exporter.sizing.headroom import HeadroomReason
 from exporter.sizing.reasons import Reason
 from exporter.sizing.slo_targets import BindingTarget
@@ -52,6 +53,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_cycles_total{outcome}": CycleOutcome,
     "vllm_sizer_cycles_skipped_total{event}": SkippedEvent,
     "vllm_sizer_headroom_reason{reason}": HeadroomReason,
+    "vllm_sizer_forecaster{forecaster}": ForecasterName,
 }
 # Labels whose values are not an enumeration: names and numbers from the configuration.
 FREE_LABELS = {
