@@ -86,7 +86,8 @@ class ForecastStrategy:
         rate = series.last_rps
         raw = point_forecasts(series, self.horizon_s, self._computed)
         sized = {name: max(rate, rate if value is None else value) for name, value in raw.items()}
-        sized[ForecasterName.UPPER_QUANTILE] = rate + self._upper_band()
+        if self.mode in (ForecastMode.AUTO, ForecastMode.UPPER_QUANTILE):
+            sized[ForecasterName.UPPER_QUANTILE] = rate + self._upper_band()
         if self.chosen not in sized:  # not computed (a fixed choice): its own is the last
             sized[self.chosen] = rate
         self._pending.append((now_s + self.horizon_s, sized))
