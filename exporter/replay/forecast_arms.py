@@ -42,6 +42,7 @@ def forecast_arms(
         )
         for time_s, rate_rps in history:
             strategy.observe(time_s, rate_rps)
+        strategy.choices.clear()  # what sized on the replay, not on the history
         policy = OursPolicy(dep, settings.window_s, name=arm_name(mode), forecaster=strategy)
         observer = ExpositionObserver(
             model_name=dep.model_name, kv_capacity_tokens=settings.kv_capacity_tokens,
