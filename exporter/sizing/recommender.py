@@ -154,10 +154,8 @@ class Recommender:
         `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
         x `headroom` (exporter.sizing.headroom); `trend` is (time s, arrival rate req/s) of the
         recent windows whose rate was read, oldest first, ending with this one's (look_ahead_s
-        extends its last TREND_WINDOWS); `projected_rps`, when given, replaces that extension
-        (a forecaster's rate one horizon ahead: exporter.sizing.forecast_choice)."""
-        self._trend = trend[-TREND_WINDOWS:]
-        self._projected = projected_rps
+        extends its last TREND_WINDOWS; a forecaster's `projected_rps` replaces it)."""
+        self._trend, self._projected = trend[-TREND_WINDOWS:], projected_rps
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
         if handover is not None:
@@ -312,9 +310,9 @@ class Recommender:
     def projected_rate(self, rate: float) -> float:
         """The rate to size for (req/s): the current one, or with look_ahead_s > 0 the recent
         trend extended that far ahead when it rises, so capacity is ordered before it is needed."""
-        horizon = self._dep.look_ahead_s
         if self._projected is not None:  # never below the window's rate
             return max(rate, self._projected)
+        horizon = self._dep.look_ahead_s
         if horizon <= 0 or len(self._trend) < 3:
             return rate
         t = np.array([p[0] for p in self._trend])
