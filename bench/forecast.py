@@ -71,7 +71,7 @@ DAY_S = 3600.0  # a compressed day: trough to peak in 30 minutes
 BUCKET_S = 60.0  # the history's buckets: 60 a day
 DAY_LOW_RPS, DAY_HIGH_RPS = 3.0, 27.0
 NOISE_SIGMA, NOISE_EVERY_S = 0.1, 150.0
-WARM_S = 300.0  # replayed before day 3, not judged
+WARM_S = 600.0  # replayed before day 3, not judged: longer than any first startup delay
 FLAT_RPS = 16.0
 MATCH_RUNS, MATCH_TOLERANCE = 5, 0.02  # the cost-matching search: runs, replica-hours gap
 MAX_SIGMAS = 10.0  # the config's highest rate_margin_sigmas
@@ -171,7 +171,8 @@ def run_case(name: str) -> dict[str, Any]:
     trace, history, judged = _trace(kind)
     slo = derived_slo(trace, np.random.default_rng(SEED))
     settings = settings_for(slo, delay, INITIAL[kind])
-    judged_from = judged if judged >= 0 else settings.window_s + delay
+    # Every arm judged on the same windows, all after the first decision's replicas serve.
+    judged_from = max(judged, settings.window_s + delay)
     arms = _run(settings, trace, history, judged_from, MODES)
     result: dict[str, Any] = {
         "name": name, "trace": kind, "startup_delay_s": delay, "slo": slo,
