@@ -56,6 +56,7 @@ from exporter.config.values import (
     MIN_CYCLE_PERIOD_S,
     Config,
     DeploymentConfig,
+    ForecastMode,
     PrometheusConfig,
     SourceConfig,
     TunerConfig,
@@ -239,6 +240,7 @@ _DEPLOYMENT_KEYS = {
     "replicas",
     "scale_down_stabilization_s",
     "look_ahead_s",
+    "forecaster",
     "rate_margin_sigmas",
     "initial_params",
     "accelerator",
@@ -300,6 +302,11 @@ def _deployment(
         "must be a number >= 0 (seconds)",
         0.0,
     )
+    modes = tuple(k.value for k in ForecastMode)
+    forecaster = r.get(
+        m, "forecaster", path, choice(modes), f"must be one of {', '.join(modes)}",
+        ForecastMode.LINEAR_TREND.value,
+    )  # fmt: skip
     margin = _up_to(
         r, m, path, "rate_margin_sigmas", MAX_RATE_MARGIN_SIGMAS, "standard errors",
         DEFAULT_RATE_MARGIN_SIGMAS,
@@ -323,6 +330,7 @@ def _deployment(
         max_replicas=high,
         scale_down_stabilization_s=window,
         look_ahead_s=look_ahead,
+        forecaster=ForecastMode(forecaster),
         rate_margin_sigmas=margin,
         model=options,
         pinned_inputs=pinned,

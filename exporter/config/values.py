@@ -122,6 +122,18 @@ class TunerConfig:
     window: int = DEFAULT_WINDOW
 
 
+class ForecastMode(StrEnum):
+    """What a deployment's look-ahead sizes with (exporter.sizing.forecast_choice): a
+    forecaster by name, or `auto`, chosen by backtest on the deployment's own history."""
+
+    AUTO = "auto"
+    LAST_VALUE = "last_value"
+    LINEAR_TREND = "linear_trend"
+    KALMAN = "kalman"
+    HOLT_WINTERS = "holt_winters"
+    UPPER_QUANTILE = "upper_quantile"
+
+
 class DemandKind(StrEnum):
     """What the scale_from_zero demand query measures; exported label values."""
 
@@ -165,6 +177,7 @@ class DeploymentConfig:
     max_replicas: int = 10
     scale_down_stabilization_s: float = DEFAULT_STABILIZATION_S
     look_ahead_s: float = 0.0  # size for the load trend this far ahead (0 = the current load)
+    forecaster: ForecastMode = ForecastMode.LINEAR_TREND  # what the look-ahead extends
     # Size for the window's arrival rate plus this many standard errors of its count.
     rate_margin_sigmas: float = DEFAULT_RATE_MARGIN_SIGMAS
     initial_params: ServiceParams | None = None

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import MappingProxyType
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -378,7 +379,17 @@ def deployment_status(
         observed_attainment=cycle.slo_window.attainment(dep.slo.percentiles),
         slo_window_requests=cycle.slo_window.requests(),
         headroom=cycle.headroom.state,
+        **_forecast_status(cycle),
     )
+
+
+def _forecast_status(cycle: DeploymentCycle) -> dict[str, Any]:
+    """The look-ahead's forecaster, horizon and recent error (none before a rate was read)."""
+    strategy = cycle.forecaster
+    if not strategy.choices:
+        return {}
+    return {"forecaster": strategy.chosen, "forecast_horizon_s": strategy.horizon_s,
+            "forecast_error_ratio": strategy.error_ratio(strategy.chosen)}
 
 
 def _current_replicas(runtime: DeploymentRuntime) -> int | None:

@@ -38,12 +38,14 @@ class DeploymentRuntime:
 
 
 def saved_state(cycles: Mapping[str, DeploymentCycle]) -> dict[str, Any]:
-    """The JSON-safe state of every deployment: tuner, stabilization history, request shape."""
+    """The JSON-safe state of every deployment: tuner, stabilization history, the forecasters'
+    rate history, request shape."""
     state: dict[str, Any] = {"deployments": {}}
     for name, rt in cycles.items():
         state["deployments"][name] = {
             "tuner": rt.tuner.to_dict(),
             "recommender": rt.recommender.to_dict(),
+            "forecaster": rt.forecaster.to_dict(),
             "workload": None
             if rt.workload is None
             else [rt.workload.avg_input_tokens, rt.workload.avg_output_tokens],
@@ -82,6 +84,7 @@ def restore_state(
             shape = entry.get("workload")
             workload = None if shape is None else Workload(*shape)
             rt.recommender.restore(entry.get("recommender", {}), now_s)
+            rt.forecaster.restore(entry.get("forecaster"), now_s)  # drops what does not parse
         except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
             # Any piece of the wrong shape or value; nothing is assigned before all of it parsed.
             # The message can quote a whole saved window: cut it.

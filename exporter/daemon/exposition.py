@@ -30,6 +30,7 @@ from exporter.daemon.metric_names import PREFIX as PREFIX
 from exporter.daemon.metric_names import S_PER_MS as S_PER_MS
 from exporter.sizing.attainment import ObservedAttainment
 from exporter.sizing.fleet_cycle import FleetStatus
+from exporter.sizing.forecasters import ForecasterName
 from exporter.sizing.headroom import Headroom, HeadroomReason
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import Decision
@@ -69,6 +70,9 @@ class DeploymentStatus:
     observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
     slo_window_requests: float | None = None  # requests with a first token in slo_window_s
     headroom: Headroom | None = None  # the capacity factor from observed misses
+    forecaster: ForecasterName | None = None  # the look-ahead's; None before a rate was read
+    forecast_horizon_s: float | None = None
+    forecast_error_ratio: float | None = None  # its recent backtest error; None: too few
 
 
 class Signal(StrEnum):
@@ -242,6 +246,19 @@ GAUGES: tuple[GaugeSpec, ...] = (
         lambda s: s.calibration_confidence,
     ),
     GaugeSpec(
+        "forecast_horizon_seconds",
+        "How far ahead the look-ahead forecasts the arrival rate (look_ahead_s: one startup "
+        "delay; 0: the current rate), as of the last cycle.",
+        lambda s: s.forecast_horizon_s,
+    ),
+    GaugeSpec(
+        "forecast_error_ratio",
+        "Mean absolute error of the forecaster's rate one horizon ahead over its last hour of "
+        "scored cycles, over the mean arrival rate (absent before 20 are scored), as of the "
+        "last cycle.",
+        lambda s: s.forecast_error_ratio,
+    ),
+    GaugeSpec(
         "extrapolation_ratio",
         "How far the published capacity per replica lies outside the per-replica rates the "
         "calibration observed (1 within them, 2 at twice the highest), as of the last cycle.",
@@ -297,6 +314,14 @@ ENUM_GAUGES: tuple[EnumGaugeSpec, ...] = (
         "reason",
         HeadroomReason,
         lambda s: None if s.headroom is None else s.headroom.reason,
+    ),
+    EnumGaugeSpec(
+        "forecaster",
+        "The forecaster the look-ahead sized with (the `forecaster` key; auto: the one its "
+        "backtest picks): 1 for the current one, 0 for the others.",
+        "forecaster",
+        ForecasterName,
+        lambda s: s.forecaster,
     ),
 )
 

@@ -24,6 +24,7 @@ from exporter.daemon.log_lines import InfeasibleTargets
 from exporter.replay.engine import Proposal
 from exporter.replay.perfect import WindowView
 from exporter.sizing.cycle import Sizer
+from exporter.sizing.forecast_choice import ForecastStrategy
 from exporter.sizing.what_if import ServedEstimate, WhatIf, predict
 from model.baselines.throughput_analyzer import ThroughputAnalyzer
 from model.queueing.params import ServiceParams, Workload
@@ -57,14 +58,18 @@ class OursPolicy:
         window_s: float,
         *,
         name: str = PolicyName.OURS.value,
+        forecaster: ForecastStrategy | None = None,
     ) -> None:
         """`deployment` as configured (its source is not read: the replay observes);
-        `window_s` is the cycle period the windows come at."""
+        `window_s` is the cycle period the windows come at; `forecaster` replaces the
+        config's look-ahead (a variant of ours: exporter/replay/forecast_arms.py)."""
         self.name = name
         self.window_s = window_s
         self._deployment = deployment.name
         self.sizer = Sizer((deployment,))
         self.cycle = self.sizer.cycles[deployment.name]
+        if forecaster is not None:
+            self.cycle.forecaster = forecaster
         self._infeasible = InfeasibleTargets(logger)  # warned as the daemon warns
 
     def decide(self, view: WindowView, now_s: float, provisioned: int) -> Proposal:

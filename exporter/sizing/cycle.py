@@ -20,9 +20,10 @@ from typing import Protocol
 
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.pod_observation import Problem
-from exporter.config.values import DeploymentConfig
+from exporter.config.values import DeploymentConfig, ForecastMode
 from exporter.sizing.attainment import SloWindow
 from exporter.sizing.evidence import with_past_misses
+from exporter.sizing.forecast_choice import ForecastStrategy, Outlook
 from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
 from exporter.sizing.history import RateHistory
@@ -69,6 +70,7 @@ class Estimate:
     trusted: bool = True
     headroom: float = 1.0  # the factor the rate is sized for times
     trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
+    outlook: Outlook | None = None  # the forecaster's (None: the window's rate was not read)
     problems: tuple[Problem, ...] = ()
     warnings: tuple[str, ...] = ()
 
@@ -101,7 +103,15 @@ class DeploymentCycle:
     """One deployment's sizing state: its recent windows, traffic shape, tuner, SLO window,
     evidence, headroom and recommender. `observe` a window, then `decide` on the estimate."""
 
-    def __init__(self, config: DeploymentConfig, tuner: Tuner | None = None) -> None:
+    def __init__(
+        self,
+        config: DeploymentConfig,
+        tuner: Tuner | None = None,
+        *,
+        forecaster: ForecastStrategy | None = None,
+    ) -> None:
+        """`forecaster` (default: the config's `forecaster` at look_ahead_s) gives the rate
+        the look-ahead sizes for (exporter.sizing.forecast_choice)."""
         self.config = config
         self.tuner = tuner or new_tuner(config)
         self.recommender = Recommender(config)
@@ -112,6 +122,7 @@ class DeploymentCycle:
         self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
         self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
+        self.forecaster = forecaster or ForecastStrategy(config.forecaster, config.look_ahead_s)
 
     @property
     def params(self) -> ServiceParams | None:
@@ -141,6 +152,10 @@ class DeploymentCycle:
         if obs.windows:
             self.slo_window.add(obs.end_time_s, obs.windows)
         self.rates.add(obs, now_s)
+        trend = self.rates.trend()
+        outlook = None
+        if trend and trend[-1][0] == now_s:  # the window's rate was read
+            outlook = self.forecaster.observe(now_s, obs.arrival_rate_rps)
         shape = self.traffic.update(obs, dispersion)
         if self.traffic.unusable_shape is not None:
             warnings.append(f"{dep.name}: unusable request shape: {self.traffic.unusable_shape}")
@@ -157,18 +172,23 @@ class DeploymentCycle:
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
             evidence=evidence, trusted=is_trusted(estimate.confidence), headroom=headroom.factor,
-            trend=self.rates.trend(), problems=tuple(problems), warnings=tuple(warnings),
+            trend=trend, outlook=outlook, problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
     def decide(self, estimate: Estimate) -> Decision:
         """This deployment's decision alone, by its recommender; the model's percentiles at it
         are kept beside the observed ones (exporter.sizing.attainment)."""
         obs = estimate.observation
+        outlook = estimate.outlook
+        # The linear trend is the recommender's own look-ahead: left to it, unchanged.
+        projected = None
+        if outlook is not None and self.forecaster.mode is not ForecastMode.LINEAR_TREND:
+            projected = outlook.projected_rps
         decision = self.recommender.decide(
             estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
             estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
             handover=estimate.handover, evidence=estimate.evidence, trusted=estimate.trusted,
-            headroom=estimate.headroom, trend=estimate.trend,
+            headroom=estimate.headroom, trend=estimate.trend, projected_rps=projected,
         )  # fmt: skip
         if obs is not None:
             self.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)

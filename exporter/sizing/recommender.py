@@ -119,6 +119,7 @@ class Recommender:
         self._dep = deployment
         self.window = ScaleDownWindow(deployment.scale_down_stabilization_s)
         self._trend: Sequence[tuple[float, float]] = ()  # the look-ahead's, this cycle's
+        self._projected: float | None = None  # a forecaster's rate, this cycle's
         zero = deployment.scale_from_zero
         self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
@@ -142,6 +143,7 @@ class Recommender:
         headroom: float = 1.0,
         trusted: bool = True,
         trend: Sequence[tuple[float, float]] = (),
+        projected_rps: float | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -152,8 +154,8 @@ class Recommender:
         `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
         x `headroom` (exporter.sizing.headroom); `trend` is (time s, arrival rate req/s) of the
         recent windows whose rate was read, oldest first, ending with this one's (look_ahead_s
-        extends its last TREND_WINDOWS)."""
-        self._trend = trend[-TREND_WINDOWS:]
+        extends its last TREND_WINDOWS; a forecaster's `projected_rps` replaces it)."""
+        self._trend, self._projected = trend[-TREND_WINDOWS:], projected_rps
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
         if handover is not None:
@@ -308,6 +310,8 @@ class Recommender:
     def projected_rate(self, rate: float) -> float:
         """The rate to size for (req/s): the current one, or with look_ahead_s > 0 the recent
         trend extended that far ahead when it rises, so capacity is ordered before it is needed."""
+        if self._projected is not None:  # never below the window's rate
+            return max(rate, self._projected)
         horizon = self._dep.look_ahead_s
         if horizon <= 0 or len(self._trend) < 3:
             return rate

@@ -23,6 +23,7 @@ EXPLAINED = (
     "vllm_sizer_fleet_plan_reason{reason}",
     "vllm_sizer_scrape_errors_total{reason}",
     "vllm_sizer_observation_problems_total{problem}",
+    "vllm_sizer_forecaster{forecaster}",
 )
 
 

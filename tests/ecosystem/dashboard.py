@@ -57,6 +57,9 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_calibration_confidence",
         "vllm_sizer_extrapolation_ratio",
         "vllm_sizer_parameter_source",
+        "vllm_sizer_forecaster",
+        "vllm_sizer_forecast_horizon_seconds",
+        "vllm_sizer_forecast_error_ratio",
         # A fleet variant's (exporter/daemon/exposition_fleet.py): per deployment, too.
         "vllm_sizer_variant_trusted",
         "vllm_sizer_variant_capacity_requests_per_second",

@@ -75,6 +75,8 @@ class SizerValues:
             "calibration_confidence": 0.9,
             "headroom_factor": 1.25,
             "extrapolation_ratio": 1.4,
+            "forecast_horizon_seconds": 300.0,
+            "forecast_error_ratio": 0.08,
         }
     )
     # The current value of each enum-style gauge (exporter.daemon.exposition.ENUM_GAUGES).
@@ -85,6 +87,7 @@ class SizerValues:
             "tuner_reason": "accepted",
             "binding_target": "ttft_percentile",
             "headroom_reason": "holding",
+            "forecaster": "holt_winters",
         }
     )
     # Percentile gauges and predicted attainment: their labels and value.

@@ -26,6 +26,7 @@ from exporter.daemon.operation_metrics import CycleOutcome, QueryMetrics, Skippe
 from exporter.daemon.replica_label import register_start
 from exporter.sizing.attainment import Bound
 from exporter.sizing.fleet.values import PlanReason
+from exporter.sizing.forecasters import ForecasterName
 from exporter.sizing.headroom import HeadroomReason
 from exporter.sizing.reasons import Reason
 from exporter.sizing.slo_targets import BindingTarget
@@ -55,6 +56,7 @@ LABEL_ENUMS: dict[str, type[StrEnum]] = {
     "vllm_sizer_headroom_reason{reason}": HeadroomReason,
     "vllm_sizer_fleet_plan_reason{reason}": PlanReason,
     "vllm_sizer_inventory_read_errors_total{reason}": FailureReason,
+    "vllm_sizer_forecaster{forecaster}": ForecasterName,
 }
 # Labels whose values are not an enumeration: names and numbers from the configuration.
 FREE_LABELS = {

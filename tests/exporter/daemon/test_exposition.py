@@ -21,6 +21,7 @@ from exporter.daemon.exposition import (
     SnapshotCollector,
 )
 from exporter.daemon.operation_metrics import CycleOutcome, SkippedEvent
+from exporter.sizing.forecasters import ForecasterName
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import (
     MAX_HEADROOM_RATIO,
@@ -280,3 +281,26 @@ def test_a_source_down_from_the_start_fails_its_cycles_until_it_answers(fleet) -
     # Failed twice, then a first read (warming up), then a window.
     assert outcomes(registry) == {"ok": 1.0, "warming_up": 1.0, "failed": 2.0}
     assert daemon.ready()
+
+
+def test_the_forecaster_its_horizon_and_recent_error_are_exported_once_read() -> None:
+    registry = exposition(
+        status(
+            forecaster=ForecasterName.HOLT_WINTERS,
+            forecast_horizon_s=300.0,
+            forecast_error_ratio=0.08,
+        )
+    )
+    seen = {
+        f.value: registry.get_sample_value("vllm_sizer_forecaster", {**KEY, "forecaster": f.value})
+        for f in ForecasterName
+    }
+    assert seen == {f.value: float(f is ForecasterName.HOLT_WINTERS) for f in ForecasterName}
+    assert registry.get_sample_value("vllm_sizer_forecast_horizon_seconds", KEY) == 300.0
+    assert registry.get_sample_value("vllm_sizer_forecast_error_ratio", KEY) == 0.08
+    unread = exposition(status())  # before a window's rate was read: no series at all
+    assert unread.get_sample_value("vllm_sizer_forecast_horizon_seconds", KEY) is None
+    assert all(
+        unread.get_sample_value("vllm_sizer_forecaster", {**KEY, "forecaster": f.value}) is None
+        for f in ForecasterName
+    )
