@@ -229,4 +229,9 @@ def test_every_dashboard_query_returns_a_series_from_the_daemon(stack) -> None:
     empty = [expr for expr in queries if not instant(url, expr)]
     # The arrival CV exists in sidecar mode only (one loopback URL); this stack reads two pods.
     # tests/exporter/collector/test_arrival_sampler.py checks the daemon exports it there.
-    assert empty == ['max(vllm_sizer_arrival_cv{deployment="llama-8b-vllm"})']
+    # The forecast error needs forecast_choice.MIN_SCORED scored cycles, more than this stack
+    # runs; tests/exporter/daemon/test_exposition.py checks it is exported once there is one.
+    assert empty == [
+        'max(vllm_sizer_arrival_cv{deployment="llama-8b-vllm"})',
+        'vllm_sizer_forecast_error_ratio{deployment="llama-8b-vllm"}',
+    ]
