@@ -145,7 +145,7 @@ def run_one(deployment_count: int, max_num_seqs: int) -> dict[str, object]:
         cpu_s.append(time.process_time() - start_cpu)
     scrape_start = time.perf_counter()
     exposition = generate_latest(registry)
-    states = [rt.tuner.state.value for rt in daemon.runtimes.values()]
+    states = [rt.cycle.tuner.state.value for rt in daemon.runtimes.values()]
     worst = WARM_CYCLES + int(np.argmax(cpu_s[WARM_CYCLES:]))
     return {
         "deployments": deployment_count,
@@ -159,7 +159,7 @@ def run_one(deployment_count: int, max_num_seqs: int) -> dict[str, object]:
         "metrics_render_s": time.perf_counter() - scrape_start,
         "metrics_bytes": len(exposition),
         "tuners_past_warmup": sum(s != "warming" for s in states),
-        "itl_curves": sum(rt.tuner.itl_curve is not None for rt in daemon.runtimes.values()),
+        "itl_curves": sum(rt.cycle.tuner.itl_curve is not None for rt in daemon.runtimes.values()),
         "load_average_1min": os.getloadavg()[0],
     }
 

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from model.calibration.medians import column_medians
 from model.calibration.observation import Observation
 from model.calibration.residuals import FitProblem
 from model.calibration.trust import CHANGE_RUN, FloatArray, changed, robust_spread
@@ -115,7 +116,7 @@ class ChangeWatch:
             return None
         called = None
         if len(self.history) >= WATCH_MIN_HISTORY:
-            centre = np.median(np.array(self.history), axis=0)
+            centre = column_medians(np.array(self.history))
             sigma = np.maximum(SIGMA_FLOOR, robust_spread(np.array(self.spread)))
             z = np.clip((np.array(innovation) - centre) / sigma, -Z_CLIP, Z_CLIP)
             for k in range(2):

@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares, minimize
 
+from model.calibration.medians import median
 from model.calibration.observation import Observation
 from model.calibration.prior import Prior
 from model.calibration.residuals import (
@@ -264,7 +265,7 @@ def fit(
     max_std_error = require_positive("max_std_error", max_std_error)
     if prior is not None and not isinstance(prior, Prior):
         raise ValueError(f"`prior` must be a Prior or None, got {prior!r}")
-    objective = PenalizedProblem(problem, prior, noise_level)
+    objective = PenalizedProblem(problem, prior, noise_level, rel_step=DIFF_STEP)
 
     x0 = _stable_start(problem, start if start is not None else _default_start(observations))
     if method is FitMethod.TRUST_REGION:
@@ -299,15 +300,14 @@ def _trust_region(
     out = least_squares(
         objective.residuals,
         x0,
+        # scipy's forward differences with diff_step DIFF_STEP, the three columns in one model
+        # call (PenalizedProblem.forward_jacobian).
+        jac=objective.forward_jacobian,
         method="trf",
-        diff_step=DIFF_STEP,  # type: ignore[arg-type]  # scipy-stubs omits the documented scalar
         ftol=TOLERANCE,
         xtol=TOLERANCE,
         gtol=1e-8,
         max_nfev=max_nfev,
-        # The three forward-difference columns of each Jacobian in one model call (scipy-stubs
-        # types `workers` as a generic map, which a method on float arrays is not).
-        workers=objective.map,  # type: ignore[arg-type]
     )
     return np.clip(out.x, LOG_LOWER, LOG_UPPER), out.status == 0
 
@@ -399,7 +399,7 @@ def _metric_error(measured: FloatArray, relative: FloatArray) -> MetricError:
     absolute = np.abs(relative) * measured
     return MetricError(
         mean_ratio=float(np.mean(absolute) / np.mean(measured)),
-        median_ratio=float(np.median(np.abs(relative))),
+        median_ratio=median(np.abs(relative)),
     )
 
 

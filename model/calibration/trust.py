@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from model.calibration.medians import column_medians, median
 from model.calibration.observation import Observation
 from model.calibration.residuals import FitProblem
 from model.queueing.params import ServerConfig, ServiceParams
@@ -92,8 +93,8 @@ class ModelBias(NamedTuple):
 def robust_spread(rows: FloatArray) -> FloatArray:
     """Per column of (K, 2) rows, MAD_TO_SIGMA x the median absolute deviation: a standard
     deviation that a few tail rows cannot move."""
-    centre = np.median(rows, axis=0)
-    spread: FloatArray = MAD_TO_SIGMA * np.median(np.abs(rows - centre), axis=0)
+    centre = column_medians(rows)
+    spread: FloatArray = MAD_TO_SIGMA * column_medians(np.abs(rows - centre))
     return spread
 
 
@@ -105,7 +106,7 @@ def changed(errors: FloatArray) -> bool:
     if rows.shape[0] < CHANGE_RUN + CHANGE_BASE:
         return False
     old, new = rows[:-CHANGE_RUN], rows[-CHANGE_RUN:]
-    centre = np.median(old, axis=0)
+    centre = column_medians(old)
     limit = np.maximum(CHANGE_MIN_SHIFT, CHANGE_SIGMAS * robust_spread(old))
     shift = new - centre
     # A level shift, not a trend: the newest points agree with each other (a ramp's windows,
@@ -138,8 +139,8 @@ def robust_bias(errors: FloatArray) -> tuple[float, float] | None:
     rows = errors[np.isfinite(errors).all(axis=1)]
     if rows.shape[0] == 0:
         return None
-    median = np.median(rows, axis=0)
-    return float(median[0]), float(median[1])
+    centre = column_medians(rows)
+    return float(centre[0]), float(centre[1])
 
 
 def load_part_bias(
@@ -157,7 +158,7 @@ def load_part_bias(
     count = int(np.count_nonzero(ok))
     if count < max(LOAD_PART_MIN_POINTS, (predicted_ms.size + 1) // 2):
         return None
-    return float(np.median(pred_part[ok] / meas_part[ok])) - 1.0
+    return median(pred_part[ok] / meas_part[ok]) - 1.0
 
 
 def window_itl_load_bias(
@@ -182,7 +183,7 @@ def window_error(errors: FloatArray, bias: tuple[float, float]) -> float:
     if rows.shape[0] == 0:
         return float("inf")
     corrected = (1.0 + rows) / (1.0 + np.array(bias)) - 1.0
-    return float(np.max(np.median(np.abs(corrected), axis=0)))
+    return float(np.max(column_medians(np.abs(corrected))))
 
 
 def held_out_error(innovation: FloatArray, bias: tuple[float, float] | None) -> float:
@@ -227,7 +228,7 @@ def confidence(
     else:
         share = PARTIAL_SPREAD_SHARE if loads_spread else ONE_POINT_SHARE
     recent = held_out[-HELD_OUT_HISTORY:]
-    error = float(np.median(recent)) if recent.size else 0.0
+    error = median(recent) if recent.size else 0.0
     e = float(np.interp(error, *ERROR_ANCHORS)) if np.isfinite(error) else 0.0
     if tested < HELD_OUT_MIN:
         e = min(e, UNTESTED_CAP)

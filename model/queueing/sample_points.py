@@ -10,6 +10,7 @@ variation cv are drawn as the uniform law on x (1 +- sqrt(3) cv) while it stays 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,13 +25,37 @@ _SEED = 20261202
 _MAX_UNIFORM_CV = 3.0**-0.5
 
 
-@lru_cache(maxsize=8)
-def unit_points(dims: int, count: int = POINTS) -> FloatArray:
-    """`count` points in [0, 1)^dims, shape (dims, count); the same on every call."""
-    from scipy.stats import qmc  # imported on first use: scipy.stats is slow to import
+# The points the model uses (dims 1, 2, 4 and 10 at POINTS), as `sobol_points` makes them,
+# shipped beside this module: making them needs scipy.stats, whose import took a second of a
+# fresh process's start (a container's first cycle, the first `vllm-sizer plan`).
+# `python -m tools.sample_points` writes the file; a test holds it to `sobol_points`.
+SHIPPED_POINTS = Path(__file__).with_name("sample_points.npz")
+SHIPPED_DIMS = (1, 2, 4, 10)
+
+
+def sobol_points(dims: int, count: int = POINTS) -> FloatArray:
+    """`count` points of the scrambled Sobol' sequence in [0, 1)^dims, shape (dims, count)."""
+    from scipy.stats import qmc  # imported only here: scipy.stats is slow to import
 
     pts = qmc.Sobol(d=dims, scramble=True, seed=_SEED).random(count).T
     out: FloatArray = np.ascontiguousarray(np.clip(pts, 1e-12, 1.0 - 1e-12))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> dict[str, FloatArray]:
+    try:
+        with np.load(SHIPPED_POINTS) as data:
+            return {key: np.ascontiguousarray(data[key], dtype=np.float64) for key in data.files}
+    except OSError:  # not shipped (a source tree without it): made on first use instead
+        return {}
+
+
+@lru_cache(maxsize=8)
+def unit_points(dims: int, count: int = POINTS) -> FloatArray:
+    """`count` points in [0, 1)^dims, shape (dims, count); the same on every call."""
+    shipped = _shipped().get(f"d{dims}") if count == POINTS else None
+    out = shipped if shipped is not None else sobol_points(dims, count)
     out.flags.writeable = False
     return out
 

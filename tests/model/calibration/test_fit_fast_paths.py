@@ -1,0 +1,90 @@
+"""The window fit's faster paths give what the slower ones they replaced gave, bit for bit:
+the Jacobian the trust-region fit builds itself (scipy's '2-point' forward differences with
+`diff_step`, without scipy's wrappers), the medians of small arrays, and the model evaluation a
+fit asks twice in a row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.optimize import least_squares
+
+from model import ServerConfig, ServiceParams
+from model.calibration.fit import DIFF_STEP, TOLERANCE, _stable_start, _trust_region
+from model.calibration.medians import column_medians, median
+from model.calibration.prior import GENERIC_PRIOR
+from model.calibration.residuals import LOG_LOWER, LOG_UPPER, FitProblem, PenalizedProblem
+from tests.model.calibration.synthetic import LOADS, SHAPES, observations
+
+TRUTH = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+
+
+def _problem(seed: int, batch: int, with_prior: bool) -> tuple[PenalizedProblem, np.ndarray]:
+    server = ServerConfig(max_batch_size=batch)
+    points = [(n, m, load) for n, m in SHAPES[: 2 + seed % 3] for load in LOADS]
+    obs = observations(TRUTH, server, points, np.random.default_rng(seed), noise=0.05)
+    problem = FitProblem(obs, server)
+    objective = PenalizedProblem(problem, GENERIC_PRIOR if with_prior else None, 0.05,
+                                 rel_step=DIFF_STEP)  # fmt: skip
+    start = ServiceParams(5.0 + seed, 0.05, 5e-5 * (1 + seed % 4))
+    return objective, _stable_start(problem, start)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("batch", [64, 256])
+def test_the_fit_takes_the_steps_scipy_takes_with_its_own_differences(
+    seed: int, batch: int
+) -> None:
+    objective, x0 = _problem(seed, batch, with_prior=seed % 2 == 0)
+    ours, _ = _trust_region(objective, x0, 100)
+    theirs = least_squares(
+        objective.residuals, x0, method="trf", diff_step=DIFF_STEP,  # type: ignore[arg-type]
+        ftol=TOLERANCE, xtol=TOLERANCE, gtol=1e-8, max_nfev=100,
+    )  # fmt: skip
+    assert np.array_equal(ours, np.clip(theirs.x, LOG_LOWER, LOG_UPPER))
+    assert not np.array_equal(ours, x0)  # the fit moved: the comparison has teeth
+
+
+def test_the_jacobian_is_evaluated_where_asked_when_the_residuals_there_are_not_at_hand() -> None:
+    objective, x0 = _problem(1, 64, with_prior=True)
+    here = objective.forward_jacobian(x0)  # nothing evaluated yet
+    objective.residuals(x0 + 0.1)
+    again = objective.forward_jacobian(x0)  # the last residuals are elsewhere
+    assert np.array_equal(here, again)
+    assert here.shape == (objective.residuals(x0).size, 3) and np.all(np.isfinite(here))
+
+
+_VALUES = st.one_of(
+    st.floats(min_value=-1e12, max_value=1e12, allow_nan=False),
+    st.sampled_from([np.nan, np.inf, -np.inf, 0.0, 1.0]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 25), st.integers(1, 3)), elements=_VALUES))
+def test_column_medians_are_numpys(rows: np.ndarray) -> None:
+    with np.errstate(invalid="ignore"):  # numpy warns where -inf and +inf meet in the middle
+        expected, first = np.median(rows, axis=0), np.median(rows[:, 0])
+    assert np.array_equal(column_medians(rows), expected, equal_nan=True)
+    assert np.array_equal(median(rows[:, 0]), first, equal_nan=True)
+
+
+def test_medians_of_nothing_are_nan() -> None:
+    assert np.isnan(column_medians(np.empty((0, 2)))).all()
+
+
+def test_a_repeated_evaluation_is_served_again_and_counted() -> None:
+    objective, x0 = _problem(2, 64, with_prior=False)
+    problem = objective.problem
+    theta = np.exp(x0)[np.newaxis, :] * 1.5
+    before = problem.evaluations
+    first = problem.predict_many(theta)
+    again = problem.predict_many(theta.copy())
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert problem.evaluations == before + 2
+    assert not first[0].flags.writeable  # shared: no caller may change it
+    other = problem.predict_many(theta * 1.01)
+    assert not np.array_equal(other[0], first[0])
