@@ -17,7 +17,7 @@ import numpy as np
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.saturation import Saturation
 from exporter.config.values import DemandKind, DeploymentConfig
-from exporter.sizing.evidence import bounded, envelope
+from exporter.sizing.evidence import bounded, envelope, holds_load
 from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.handover import Handover
@@ -258,9 +258,18 @@ class Recommender:
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
         )  # fmt: skip
         plan = outlook.plan
-        # An untrusted estimate scales down no further than the served rates support.
-        floor_from = None if self._trusted else current
-        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from)
+        # An untrusted estimate scales down no further than the served rates support ...
+        untrusted = handover or not self._trusted
+        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo),
+                          current if untrusted else None, self._headroom)  # fmt: skip
+        max_batch = inputs.server.max_batch_size
+        if (
+            untrusted
+            and self._headroom <= 1.0
+            and holds_load(obs, checked.replicas, dep.slo, max_batch, inputs.options.arrival_cv)
+        ):
+            # ... nor steps up past a fleet serving its load with margin (evidence.holds_load).
+            checked = replace(checked, replicas=current, bound=True)
         extra = {
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": checked.capacity_rps,

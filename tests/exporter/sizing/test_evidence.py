@@ -166,3 +166,19 @@ def test_a_scale_down_goes_no_further_than_the_rates_served_support() -> None:
     kept = with_past_misses(window, [old_miss, window[0]], SLO)
     assert kept == (old_miss, window[0])
     assert envelope(kept, SLO).missed_rps == 11.0
+
+
+def test_a_miss_bounding_the_capacity_is_not_counted_again_by_the_headroom_factor() -> None:
+    # A window missed at 2 req/s per replica (a burst, say): the capacity is moved to 2, and
+    # 7 req/s needs 4 replicas at it. The same miss grew the headroom factor to 1.2; sizing
+    # 1.2 x 7 at the capacity the miss set would count it twice (5 replicas).
+    truth = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+    points = [point(2.0, 90.0, 15.0)]
+    counts = [
+        Recommender(deployment()).decide(
+            0.0, observation(7.0, 4), truth, SHAPE, evidence=points, headroom=factor
+        )
+        for factor in (1.0, 1.2)
+    ]
+    assert [c.desired_replicas for c in counts] == [4, 4]
+    assert all(c.reason is Reason.EVIDENCE_BOUND for c in counts)
