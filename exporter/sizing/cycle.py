@@ -21,7 +21,7 @@ from exporter.collector.observations import DeploymentObservation, ObservationSt
 from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig
 from exporter.sizing.attainment import SloWindow
-from exporter.sizing.evidence import with_past_misses
+from exporter.sizing.evidence import PastMiss, past_misses
 from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
 from exporter.sizing.history import RateHistory
@@ -33,8 +33,8 @@ from model.calibration.estimate import TunerEstimate
 from model.calibration.trust import ModelBias, is_trusted
 from model.calibration.tuner import Tuner
 
-# Tuner points whose misses bound the capacity (exporter.sizing.evidence.with_past_misses): an
-# hour of 30 s cycles, longer than the tuner's window on purpose.
+# Tuner points whose misses bound the count once out of the tuner's window
+# (exporter.sizing.evidence.past_misses): an hour of 30 s cycles, longer than that window.
 EVIDENCE_WINDOWS = 120
 
 # A window reaches the tuner when the per-pod load its latencies were made at, over the window
@@ -65,6 +65,7 @@ class Estimate:
     shortfalls: Mapping[PercentileTarget, float] = field(default_factory=dict)
     handover: Handover | None = None  # what sizes while the calibration has no estimate
     evidence: Sequence[Observation] = ()  # the points that bound capacity
+    misses: Sequence[PastMiss] = ()  # older misses, which bound the count
     trusted: bool = True
     headroom: float = 1.0  # the factor the rate is sized for times
     trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
@@ -91,7 +92,8 @@ class DeploymentCycle:
         self.inputs: ModelInputs | None = None  # what the model was last evaluated with
         self.rates = RateHistory()  # steadiness, tuner points' rates and the look-ahead's trend
         self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
-        self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
+        # (tuner point, pods that served it)
+        self.evidence: deque[tuple[Observation, int]] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
 
     @property
@@ -130,14 +132,15 @@ class DeploymentCycle:
         self.inputs = model_inputs(dep, shape, self.workload)
         self._tune(obs, problems, warnings)
         estimate, handover = self.tuner.estimate(), self.handover()
-        evidence = with_past_misses(estimate.window, self.evidence, dep.slo)
+        misses = past_misses(estimate.window, self.evidence, dep.slo)
         headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
         return Estimate(
             deployment=dep.name, now_s=now_s, observation=obs, calibration=estimate,
             params=estimate.params, bias=estimate.bias, workload=self.workload,
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
-            evidence=evidence, trusted=is_trusted(estimate.confidence), headroom=headroom.factor,
+            evidence=estimate.window, misses=misses, trusted=is_trusted(estimate.confidence),
+            headroom=headroom.factor,
             trend=self.rates.trend(), problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
@@ -148,7 +151,8 @@ class DeploymentCycle:
         decision = self.recommender.decide(
             estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
             estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
-            handover=estimate.handover, evidence=estimate.evidence, trusted=estimate.trusted,
+            handover=estimate.handover, evidence=estimate.evidence, misses=estimate.misses,
+            trusted=estimate.trusted,
             headroom=estimate.headroom, trend=estimate.trend,
         )  # fmt: skip
         if obs is not None:
@@ -176,7 +180,7 @@ class DeploymentCycle:
             self.tuner.idle()
         else:
             self.tuner.update(point)
-            self.evidence.append(point)
+            self.evidence.append((point, obs.observed_pods))
 
     def _point(
         self, obs: DeploymentObservation, problems: list[Problem], warnings: list[str]
