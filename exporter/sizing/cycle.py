@@ -22,7 +22,7 @@ from exporter.collector.observations import DeploymentObservation, ObservationSt
 from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig, ForecastMode
 from exporter.sizing.attainment import SloWindow
-from exporter.sizing.evidence import with_past_misses
+from exporter.sizing.evidence import PastMiss, past_misses
 from exporter.sizing.forecast_choice import ForecastStrategy, Outlook
 from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
@@ -35,8 +35,8 @@ from model.calibration.estimate import TunerEstimate
 from model.calibration.trust import ModelBias, is_trusted
 from model.calibration.tuner import Tuner
 
-# Tuner points whose misses bound the capacity (exporter.sizing.evidence.with_past_misses): an
-# hour of 30 s cycles, longer than the tuner's window on purpose.
+# Tuner points whose misses bound the count once out of the tuner's window
+# (exporter.sizing.evidence.past_misses): an hour of 30 s cycles, longer than that window.
 EVIDENCE_WINDOWS = 120
 
 # A window reaches the tuner when the per-pod load its latencies were made at, over the window
@@ -67,6 +67,7 @@ class Estimate:
     shortfalls: Mapping[PercentileTarget, float] = field(default_factory=dict)
     handover: Handover | None = None  # what sizes while the calibration has no estimate
     evidence: Sequence[Observation] = ()  # the points that bound capacity
+    misses: Sequence[PastMiss] = ()  # older misses, which bound the count
     trusted: bool = True
     headroom: float = 1.0  # the factor the rate is sized for times
     trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
@@ -120,7 +121,8 @@ class DeploymentCycle:
         self.inputs: ModelInputs | None = None  # what the model was last evaluated with
         self.rates = RateHistory()  # steadiness, tuner points' rates and the look-ahead's trend
         self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
-        self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
+        # (tuner point, pods that served it)
+        self.evidence: deque[tuple[Observation, int]] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
         self.forecaster = forecaster or ForecastStrategy(config.forecaster, config.look_ahead_s)
 
@@ -164,14 +166,15 @@ class DeploymentCycle:
         self.inputs = model_inputs(dep, shape, self.workload)
         self._tune(obs, problems, warnings)
         estimate, handover = self.tuner.estimate(), self.handover()
-        evidence = with_past_misses(estimate.window, self.evidence, dep.slo)
+        misses = past_misses(estimate.window, self.evidence, dep.slo)
         headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
         return Estimate(
             deployment=dep.name, now_s=now_s, observation=obs, calibration=estimate,
             params=estimate.params, bias=estimate.bias, workload=self.workload,
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
-            evidence=evidence, trusted=is_trusted(estimate.confidence), headroom=headroom.factor,
+            evidence=estimate.window, misses=misses, trusted=is_trusted(estimate.confidence),
+            headroom=headroom.factor,
             trend=trend, outlook=outlook, problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
@@ -187,7 +190,8 @@ class DeploymentCycle:
         decision = self.recommender.decide(
             estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
             estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
-            handover=estimate.handover, evidence=estimate.evidence, trusted=estimate.trusted,
+            handover=estimate.handover, evidence=estimate.evidence, misses=estimate.misses,
+            trusted=estimate.trusted,
             headroom=estimate.headroom, trend=estimate.trend, projected_rps=projected,
         )  # fmt: skip
         if obs is not None:
@@ -215,7 +219,7 @@ class DeploymentCycle:
             self.tuner.idle()
         else:
             self.tuner.update(point)
-            self.evidence.append(point)
+            self.evidence.append((point, obs.observed_pods))
 
     def _point(
         self, obs: DeploymentObservation, problems: list[Problem], warnings: list[str]

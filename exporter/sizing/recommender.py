@@ -17,7 +17,7 @@ import numpy as np
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.saturation import Saturation
 from exporter.config.values import DemandKind, DeploymentConfig
-from exporter.sizing.evidence import bounded, envelope
+from exporter.sizing.evidence import PastMiss, bounded, envelope, holds_load, miss_floor
 from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.handover import Handover
@@ -126,6 +126,8 @@ class Recommender:
         self._shortfalls: dict[PercentileTarget, float] = {}
         self._headroom = 1.0
         self._trusted = True
+        self._evidence: Sequence[Observation] = ()
+        self._misses: Sequence[PastMiss] = ()
 
     def decide(
         self,
@@ -140,6 +142,7 @@ class Recommender:
         shortfalls: Mapping[PercentileTarget, float] | None = None,
         handover: Handover | None = None,
         evidence: Sequence[Observation] = (),
+        misses: Sequence[PastMiss] = (),
         headroom: float = 1.0,
         trusted: bool = True,
         trend: Sequence[tuple[float, float]] = (),
@@ -150,14 +153,16 @@ class Recommender:
         `inputs` the model's options and limits for the measured traffic; `demand` is the
         scale_from_zero query's value (None: not read); `shortfalls` tighten percentile targets
         the observations say the model over-promises; `evidence` (windows) bounds capacity,
-        whichever parameters size it; `handover` (the calibration is not trusted) replaces
-        `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
-        x `headroom` (exporter.sizing.headroom); `trend` is (time s, arrival rate req/s) of the
-        recent windows whose rate was read, oldest first, ending with this one's (look_ahead_s
-        extends its last TREND_WINDOWS; a forecaster's `projected_rps` replaces it)."""
+        whichever parameters size it, and `misses` (older windows) the count; `handover` (the
+        calibration is not trusted) replaces `params`, and neither bias nor shortfalls apply to
+        its parameters; the rate is sized for x `headroom` (exporter.sizing.headroom); `trend`
+        is (time s, arrival rate req/s) of the recent windows whose rate was read, oldest
+        first, ending with this one's (look_ahead_s extends its last TREND_WINDOWS; a
+        forecaster's `projected_rps` replaces it)."""
         self._trend, self._projected = trend[-TREND_WINDOWS:], projected_rps
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
+        self._misses = misses
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -260,9 +265,18 @@ class Recommender:
             per_replica_rps=rate / max(current, 1), inputs=inputs, shortfalls=self._shortfalls,
         )  # fmt: skip
         plan = outlook.plan
-        # An untrusted estimate scales down no further than the served rates support.
-        floor_from = None if self._trusted else current
-        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from)
+        # An untrusted estimate scales down no further than the served rates support ...
+        untrusted = handover or not self._trusted
+        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo),
+                          current if untrusted else None, self._headroom)  # fmt: skip
+        max_batch = inputs.server.max_batch_size
+        if (
+            untrusted
+            and self._headroom <= 1.0
+            and holds_load(obs, checked.replicas, dep.slo, max_batch, inputs.options.arrival_cv)
+        ):
+            # ... nor steps up past a fleet serving its load with margin (evidence.holds_load).
+            checked = replace(checked, replicas=current, bound=True)
         extra = {
             "sizing_rate_rps": sizing_rate,
             "max_rate_per_replica_rps": checked.capacity_rps,
@@ -286,6 +300,9 @@ class Recommender:
             )
         wanted = checked.replicas
         override: Reason | None = Reason.EVIDENCE_BOUND if checked.bound else None
+        if (floor := miss_floor(sizing_rate / self._headroom, self._misses)) > wanted:
+            # A count that missed at this load or less, out of the tuner's window now.
+            wanted, override = floor, Reason.EVIDENCE_BOUND
         if self._shortfalls and wanted >= current:
             override = Reason.TAIL_SHORTFALL
         if waiting_queue_grows(obs) and wanted <= current:

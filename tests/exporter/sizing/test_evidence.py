@@ -11,12 +11,14 @@ import pytest
 from exporter.config.values import SloConfig
 from exporter.sizing.evidence import (
     NOISE_MARGIN,
+    PastMiss,
     envelope,
+    miss_floor,
     missed,
     overshoot,
+    past_misses,
     scale_down_floor,
     served,
-    with_past_misses,
 )
 from exporter.sizing.recommender import Reason, Recommender
 from exporter.sizing.what_if import what_if
@@ -160,9 +162,43 @@ def test_a_scale_down_goes_no_further_than_the_rates_served_support() -> None:
     assert scale_down_floor(11.0, env) == 2
     assert scale_down_floor(8.0, env) == 1  # within 1.5 x what was served: the step is taken
     assert scale_down_floor(11.0, envelope([], SLO)) == 1  # nothing served: no floor
-    # Past misses held over the window's slide still bound the capacity from above.
+    # Past misses held over the window's slide still bound the count: 1 replica missed at 11.
     old_miss = point(11.0, 90.0, 20.0)
     window = [point(5.5, 30.0, 15.0)]
-    kept = with_past_misses(window, [old_miss, window[0]], SLO)
-    assert kept == (old_miss, window[0])
-    assert envelope(kept, SLO).missed_rps == 11.0
+    kept = past_misses(window, [(old_miss, 1), (window[0], 2)], SLO)
+    assert kept == (PastMiss(11.0, 1),)
+    assert [miss_floor(rate, kept) for rate in (10.0, 11.0, 30.0)] == [1, 2, 2]
+
+
+def test_a_miss_bounding_the_capacity_is_not_counted_again_by_the_headroom_factor() -> None:
+    # A window missed at 2 req/s per replica (a burst, say): the capacity is moved to 2, and
+    # 7 req/s needs 4 replicas at it. The same miss grew the headroom factor to 1.2; sizing
+    # 1.2 x 7 at the capacity the miss set would count it twice (5 replicas).
+    truth = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+    points = [point(2.0, 90.0, 15.0)]
+    counts = [
+        Recommender(deployment()).decide(
+            0.0, observation(7.0, 4), truth, SHAPE, evidence=points, headroom=factor
+        )
+        for factor in (1.0, 1.2)
+    ]
+    assert [c.desired_replicas for c in counts] == [4, 4]
+    assert all(c.reason is Reason.EVIDENCE_BOUND for c in counts)
+
+
+def test_a_miss_out_of_the_window_bounds_the_count_not_the_capacity_per_replica() -> None:
+    # Two replicas once missed at 2 req/s each (4 in all: a window of bursts, say), and the
+    # tuner's window has slid past it. Kept as a per-replica bound for the hour, the miss sized
+    # every later window at 2 req/s a replica: 5 replicas at 9 req/s (a conversation trace went
+    # from 5 to 7-8 replicas that way). As a count, it asks for 3 at 4 req/s and above.
+    truth = ServiceParams(6.68, 2.01e-2, 5.52e-5)
+    window = [point(2.5, 30.0, 15.0)]
+    misses = past_misses(window, [(point(2.0, 90.0, 15.0), 2), (window[0], 3)], SLO)
+    counts = {}
+    for rate in (3.0, 4.5, 9.0):
+        rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+        decision = rec.decide(0.0, observation(rate, 3), truth, SHAPE, evidence=window,
+                              misses=misses)  # fmt: skip
+        counts[rate] = (decision.desired_replicas, decision.model_replicas)
+    # Below the rate missed at, the model's count; from it on, not below 3.
+    assert counts == {3.0: (1, 1), 4.5: (3, 1), 9.0: (3, 2)}

@@ -4,12 +4,13 @@ independent of how many replicas serve, stabilized like the calibrated count."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from exporter.sizing.cycle import DeploymentCycle
 from exporter.sizing.handover import Handover, HandoverBasis, handover
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import Recommender
-from model import ServiceParams, Tuner
+from model import PAPER_MODEL, ServiceParams, Tuner
 from model.calibration.trust import TRUSTED_CONFIDENCE
 from tests.exporter.sizing.test_recommender import CAPACITY, LLAMA, SHAPE, deployment, observation
 
@@ -41,7 +42,9 @@ def test_the_count_does_not_depend_on_the_replicas_serving() -> None:
     counts = set()
     for pods in (1, 2, 3, 5, 6):
         rec = Recommender(deployment(scale_down_stabilization_s=0.0))
-        decision = rec.decide(0.0, observation(rate, pods), WRONG, SHAPE, handover=PRIOR)
+        # The mean TTFT at its target: no margin that would hold the count (next tests).
+        obs = replace(observation(rate, pods), ttft_ms=50.0)
+        decision = rec.decide(0.0, obs, WRONG, SHAPE, handover=PRIOR)
         assert decision.reason is Reason.HANDOVER
         counts.add(decision.desired_replicas)
     assert counts == {math.ceil(rate / CAPACITY)}
@@ -49,8 +52,8 @@ def test_the_count_does_not_depend_on_the_replicas_serving() -> None:
 
 def test_the_hand_over_ignores_the_tuners_estimate_and_bias() -> None:
     rec = Recommender(deployment())
-    decision = rec.decide(0.0, observation(2.5 * CAPACITY, 1), WRONG, SHAPE, (0.4, 0.4),
-                          handover=PRIOR)  # fmt: skip
+    obs = replace(observation(2.5 * CAPACITY, 1), ttft_ms=50.0)  # no margin to hold it
+    decision = rec.decide(0.0, obs, WRONG, SHAPE, (0.4, 0.4), handover=PRIOR)
     assert decision.desired_replicas == 3
     assert decision.max_rate_per_replica_rps is not None
     assert math.isclose(decision.max_rate_per_replica_rps, CAPACITY, rel_tol=1e-6)
@@ -81,3 +84,49 @@ def test_targets_out_of_the_priors_reach_hold_the_ready_count() -> None:
     assert decision.desired_replicas == 2 and decision.reason is Reason.HANDOVER
     grows = rec.decide(30.0, observation(CAPACITY, 2, growing=True), None, SHAPE, handover=slow)
     assert grows.desired_replicas == 3
+
+
+def test_a_fleet_serving_its_load_with_margin_is_not_stepped_up_on_the_prior() -> None:
+    # One replica at 2.5x the prior's capacity, its mean TTFT 30 ms and ITL 12 ms against
+    # targets of 50 and 25: the window says the load is within its capacity, the prior only
+    # that it may not be (issue 36: one replica at 11 req/s, TTFT 46 ms, stepped up to 2).
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR)
+    assert decision.desired_replicas == 1 and decision.reason is Reason.HANDOVER
+    assert decision.model_replicas == 3  # the prior's own count, said beside it
+
+
+def test_without_margin_the_prior_still_steps_up() -> None:
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    near = replace(served, ttft_ms=47.0)  # within, but not by 10 %
+    waits = replace(served, avg_waiting_per_pod=2.0)  # requests wait for a batch slot
+    filling = replace(served, avg_running_per_pod=200.0)  # of 256: a batch still filling
+    joined = replace(served, new_pods=("p2",))
+    for obs in (near, waits, filling, joined):
+        rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+        assert rec.decide(0.0, obs, None, SHAPE, handover=PRIOR).desired_replicas == 3, obs
+
+
+def test_misses_seen_by_the_headroom_factor_still_step_up() -> None:
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR, headroom=1.1)
+    assert decision.desired_replicas is not None and decision.desired_replicas >= 3
+
+
+def test_a_trusted_estimate_is_not_held_by_the_window() -> None:
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    assert rec.decide(0.0, served, LLAMA, SHAPE, trusted=True).desired_replicas == 3
+
+
+def test_bursty_arrivals_are_not_held_by_one_window() -> None:
+    # The same window, but arrivals said to be bursty (inter-arrival CV 3): one window's means
+    # do not vouch for the next, and the step up stands (the tuner gets a second operating
+    # point: tests/exporter/daemon/test_calibration_gates.py).
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    for cv, count in ((1.0, 1), (3.0, 3)):
+        model = replace(PAPER_MODEL, arrival_cv=cv)
+        rec = Recommender(deployment(scale_down_stabilization_s=0.0, model=model))
+        assert rec.decide(0.0, served, None, SHAPE, handover=PRIOR).desired_replicas == count
