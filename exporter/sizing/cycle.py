@@ -21,7 +21,7 @@ from exporter.collector.observations import DeploymentObservation, ObservationSt
 from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig
 from exporter.sizing.attainment import SloWindow
-from exporter.sizing.evidence import with_past_misses
+from exporter.sizing.evidence import identifies_growth, with_past_misses
 from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
 from exporter.sizing.history import RateHistory
@@ -66,6 +66,7 @@ class Estimate:
     handover: Handover | None = None  # what sizes while the calibration has no estimate
     evidence: Sequence[Observation] = ()  # the points that bound capacity
     trusted: bool = True
+    slope_known: bool = False  # DeploymentCycle.slope_known
     headroom: float = 1.0  # the factor the rate is sized for times
     trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
     problems: tuple[Problem, ...] = ()
@@ -93,6 +94,19 @@ class DeploymentCycle:
         self.slo_window = SloWindow(config.slo.window_s)  # latency histograms over window_s
         self.evidence: deque[Observation] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
+        self.growth_seen = False  # see slope_known
+
+    @property
+    def slope_known(self) -> bool:
+        """How latency grows with load is known beyond the tuner's window: since the start a
+        fit identified every parameter or the windows' arrival rates spread over more than one
+        operating point (`growth_seen`), or the operator configured `initial_params`; either
+        holds the tuner's prior where a later partial fit leaves it open (after a detected
+        change the window restarts at one load), so what is published needs no cut to the
+        served rates (exporter.sizing.evidence, `Envelope.claim`). Not "an estimate was
+        trusted": short windows' arrival noise spreads the ITL curve's occupancy rates enough
+        for a partial fit at one load to count as spread (the laptop recipe's, 0.8)."""
+        return self.growth_seen or self.config.initial_params is not None
 
     @property
     def params(self) -> ServiceParams | None:
@@ -115,6 +129,7 @@ class DeploymentCycle:
             return Estimate(
                 deployment=self.config.name, now_s=now_s, observation=None,
                 calibration=self.tuner.estimate(), params=self.params, demand=demand,
+                slope_known=self.slope_known,
             )  # fmt: skip
         dep = self.config
         problems: list[Problem] = []
@@ -132,12 +147,16 @@ class DeploymentCycle:
         estimate, handover = self.tuner.estimate(), self.handover()
         evidence = with_past_misses(estimate.window, self.evidence, dep.slo)
         headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
+        trusted = is_trusted(estimate.confidence)
+        pods = max(obs.observed_pods, 1)
+        self.growth_seen = self.growth_seen or identifies_growth(estimate, obs.window_s, pods)
         return Estimate(
             deployment=dep.name, now_s=now_s, observation=obs, calibration=estimate,
             params=estimate.params, bias=estimate.bias, workload=self.workload,
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
-            evidence=evidence, trusted=is_trusted(estimate.confidence), headroom=headroom.factor,
+            evidence=evidence, trusted=trusted, slope_known=self.slope_known,
+            headroom=headroom.factor,
             trend=self.rates.trend(), problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
@@ -149,7 +168,7 @@ class DeploymentCycle:
             estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
             estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
             handover=estimate.handover, evidence=estimate.evidence, trusted=estimate.trusted,
-            headroom=estimate.headroom, trend=estimate.trend,
+            headroom=estimate.headroom, trend=estimate.trend, slope_known=estimate.slope_known,
         )  # fmt: skip
         if obs is not None:
             self.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)

@@ -65,13 +65,17 @@ class Decision:
     arrival_rate_rps: float | None
     # The rate sized for: arrival (or its trend look_ahead_s ahead) plus its margin.
     sizing_rate_rps: float | None
-    max_rate_per_replica_rps: float | None  # SLO capacity of one replica
+    # SLO capacity and saturation of one replica as published: no more than the windows
+    # identified (exporter.sizing.evidence, `Envelope.claim`).
+    max_rate_per_replica_rps: float | None
     saturation_rate_per_replica_rps: float | None
     predicted_ttft_ms: float | None  # at the current load on the current replicas
     predicted_itl_ms: float | None
     binding_target: BindingTarget | None = None  # None: not sized this cycle
     predicted_percentiles: tuple[PredictedPercentile, ...] = ()  # same load and replicas
     infeasible_targets: tuple[str, ...] = ()  # missed by the model at replicas.max
+    # The capacity the count was sized with (at least the published one).
+    sizing_capacity_rps: float | None = None
 
 
 def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
@@ -142,6 +146,7 @@ class Recommender:
         headroom: float = 1.0,
         trusted: bool = True,
         trend: Sequence[tuple[float, float]] = (),
+        slope_known: bool = True,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -152,10 +157,13 @@ class Recommender:
         `params`, and neither bias nor shortfalls apply to its parameters; the rate is sized for
         x `headroom` (exporter.sizing.headroom); `trend` is (time s, arrival rate req/s) of the
         recent windows whose rate was read, oldest first, ending with this one's (look_ahead_s
-        extends its last TREND_WINDOWS)."""
+        extends its last TREND_WINDOWS); what is published claims no more than the windows
+        identified unless how latency grows with load is `slope_known`
+        (`Envelope.claim`, `DeploymentCycle.slope_known`)."""
         self._trend = trend[-TREND_WINDOWS:]
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
+        self._slope_known = slope_known
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -214,6 +222,7 @@ class Recommender:
             max_rate_per_replica_rps=plan.capacity.rate_rps,
             saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
             binding_target=binding_target(plan.capacity),
+            sizing_capacity_rps=plan.capacity.rate_rps,
         )
 
     def _decide(
@@ -260,11 +269,15 @@ class Recommender:
         plan = outlook.plan
         # An untrusted estimate scales down no further than the served rates support.
         floor_from = None if self._trusted else current
-        checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from)
+        checked = bounded(
+            outlook, sizing_rate, envelope(self._evidence, dep.slo), floor_from,
+            slope_known=self._slope_known,
+        )  # fmt: skip
         extra = {
             "sizing_rate_rps": sizing_rate,
-            "max_rate_per_replica_rps": checked.capacity_rps,
-            "saturation_rate_per_replica_rps": checked.saturation_rps,
+            "max_rate_per_replica_rps": checked.claimed_rps,
+            "saturation_rate_per_replica_rps": checked.claimed_saturation_rps,
+            "sizing_capacity_rps": checked.capacity_rps,
             "predicted_ttft_ms": outlook.ttft_ms,
             "predicted_itl_ms": outlook.itl_ms,
             "binding_target": binding_target(plan.capacity),
@@ -379,6 +392,7 @@ class Recommender:
 _OPTIONAL_FIELDS = (
     "model_replicas", "arrival_rate_rps", "sizing_rate_rps", "max_rate_per_replica_rps",
     "saturation_rate_per_replica_rps", "predicted_ttft_ms", "predicted_itl_ms",
+    "sizing_capacity_rps",
 )  # fmt: skip
 
 
