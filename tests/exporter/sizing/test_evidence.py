@@ -180,29 +180,21 @@ LAPTOP = [
 HEAVY = ServiceParams(9.717, 9.437e-3, 1.497e-5)
 
 
-def test_one_operating_point_publishes_what_it_served_not_the_fits_extrapolation() -> None:
+def test_one_operating_point_claims_what_it_served_not_the_fits_extrapolation() -> None:
     dep = deployment(max_replicas=8)
-    obs = observation(14.0, 2)
-
-    def decide(slope_known: bool) -> tuple[float | None, float | None, int | None, float | None]:
-        rec = Recommender(dep)
-        d = rec.decide(0.0, obs, HEAVY, SHAPE, evidence=LAPTOP, slope_known=slope_known)
-        return (
-            d.max_rate_per_replica_rps, d.saturation_rate_per_replica_rps,
-            d.desired_replicas, d.sizing_capacity_rps,
-        )  # fmt: skip
-
-    known, unknown = decide(True), decide(False)
-    assert known[0] is not None and known[0] > 2.5 * 7.2  # the model's: growth known elsewhere
-    # Growth with load unidentified: the highest rate served, and as saturation the highest
-    # rate served stably; within 0.5-1.0x the truth's 9.1 req/s.
-    assert unknown[:2] == (7.2, 7.2)
-    # The count is not sized on the claim (it steps within scale_down_floor instead): the same.
-    assert unknown[2:] == known[2:]
+    # Growth with load unidentified: the claim is the highest rate served, and as saturation
+    # the highest rate served stably; within 0.5-1.0x the truth's 9.1 req/s.
+    env = envelope(LAPTOP, SLO)
+    assert env.claim(20.0, 26.0, slope_known=False) == (7.2, 7.2)
+    assert env.claim(20.0, 26.0, slope_known=True) == (20.0, 26.0)
     # Loads spread (a ramp): the fit's growth is what the data identified.
     ramp = [point(2.0 + k, 30.0 + k, 9.0 + k) for k in range(6)]
-    d = Recommender(dep).decide(0.0, obs, HEAVY, SHAPE, evidence=ramp, slope_known=False)
-    assert d.max_rate_per_replica_rps == known[0]
+    assert envelope(ramp, SLO).claim(20.0, 26.0, slope_known=False) == (20.0, 26.0)
+    # The decision (the count and the gauges) is not sized on the claim: the same either way.
+    obs = observation(14.0, 2)
+    known = Recommender(dep).decide(0.0, obs, HEAVY, SHAPE, evidence=LAPTOP, slope_known=True)
+    unknown = Recommender(dep).decide(0.0, obs, HEAVY, SHAPE, evidence=LAPTOP, slope_known=False)
+    assert known == unknown
 
 
 def test_a_what_if_past_what_one_operating_point_served_answers_no_latency() -> None:
