@@ -19,6 +19,7 @@ from exporter.cli.fleet_options import (
     output_file,
 )
 from exporter.cli.plan_fleet import add_fleet_arguments, fleet_problem, run_fleet_plan
+from exporter.cli.plan_state import Calibrated, distance, print_evidence, read_state
 from exporter.config.checks import KeyReader
 from exporter.config.slo import parse_slo
 from exporter.config.values import SloConfig
@@ -38,6 +39,8 @@ from model import (
 from model.queueing.analyzer import MAX_RATE_FRACTION
 from model.queueing.chain import workload_table
 from model.queueing.sizing import ReplicaPlan, plan_replicas
+
+DEFAULT_SHAPE = Workload(1024.0, 512.0)
 
 # Paper Table I (H100, ms): presets for --model.
 PRESETS = {
@@ -75,12 +78,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gamma-ms", type=param, help="KV read time per cached token, ms (overrides the preset)"
     )
     plan.add_argument(
-        "--input-tokens", type=number_flag(0.0, MAX_TOKENS), default=1024.0,
-        help="mean prompt length",
+        "--input-tokens", type=number_flag(0.0, MAX_TOKENS),
+        help=f"mean prompt length (default: --state's, else {DEFAULT_SHAPE.avg_input_tokens:g})",
     )
     plan.add_argument(
-        "--output-tokens", type=number_flag(1.0, MAX_TOKENS), default=512.0,
-        help="mean output length",
+        "--output-tokens", type=number_flag(1.0, MAX_TOKENS),
+        help=f"mean output length (default: --state's, else {DEFAULT_SHAPE.avg_output_tokens:g})",
     )
     add_server_limits(plan)
     plan.add_argument(
@@ -113,6 +116,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--png", type=output_file, help="write latency-vs-load and replicas curves here"
     )
     add_fleet_arguments(plan)
+    plan.add_argument(
+        "--deployment", metavar="NAME", help="the deployment in --state (default: its only one)"
+    )
     plan.set_defaults(func=run_plan, check=_check_plan)
 
 
@@ -149,8 +155,12 @@ def _check_plan(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _params(args: argparse.Namespace) -> ServiceParams:
+def _params(args: argparse.Namespace, calibrated: Calibrated | None = None) -> ServiceParams:
     base = PRESETS[args.preset]
+    if calibrated is not None:
+        if calibrated.params is None:
+            raise ValueError(f"deployment {calibrated.name!r} has no calibrated parameters yet")
+        base = calibrated.params
     return ServiceParams(
         args.alpha_ms if args.alpha_ms is not None else base.alpha_ms,
         args.beta_ms if args.beta_ms is not None else base.beta_ms,
@@ -162,8 +172,13 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.config is not None:  # the cheapest mix of a configured model's variants
         return run_fleet_plan(args, args.targets)
     try:
-        params = _params(args)
-        workload = Workload(args.input_tokens, args.output_tokens)
+        calibrated = None if args.state is None else read_state(args.state, args.deployment)
+        params = _params(args, calibrated)
+        shape = (calibrated and calibrated.workload) or DEFAULT_SHAPE
+        workload = Workload(
+            shape.avg_input_tokens if args.input_tokens is None else args.input_tokens,
+            shape.avg_output_tokens if args.output_tokens is None else args.output_tokens,
+        )
         server = ServerConfig(args.max_num_seqs, args.max_num_batched_tokens)
         slo: SloConfig = args.targets
         capacity = max_rate_for_slo(
@@ -190,16 +205,22 @@ def run_plan(args: argparse.Namespace) -> int:
             f"one replica: saturates at {saturation:.4g} req/s; SLO capacity "
             f"{capacity.rate_rps:.4g} req/s ({capacity.binding_name}: {capacity.message})"
         )
+    env = (
+        None if calibrated is None
+        else print_evidence(calibrated, slo, capacity.rate_rps, saturation)
+    )  # fmt: skip
     alone = _target_capacities(params, server, workload, slo)
     rates = np.linspace(0.0, capacity.max_rate_rps, 11)[1:]
     curve = analyze(params, server, workload, rates)
     names = "".join(f" | {t.name} ms" for t in slo.percentiles)
-    print(f"\nper replica: rate req/s | TTFT ms | ITL ms | batch | wait ms{names}")
+    beyond = "" if env is None else " | extrapolation"
+    print(f"\nper replica: rate req/s | TTFT ms | ITL ms | batch | wait ms{names}{beyond}")
     for k, rate in enumerate(rates):
         tails = _percentile_cells(slo, params, server, workload, float(rate))
         print(
             f"  {rate:10.4g} | {curve.ttft_ms[k]:9.2f} | {curve.itl_ms[k]:7.2f} | "
             f"{curve.avg_batch_size[k]:6.1f} | {curve.avg_wait_ms[k]:8.2f}{tails}"
+            f"{distance(env, float(rate))}"
         )
     if capacity.feasible:
         low, high = args.load or (0.5 * capacity.rate_rps, 4.0 * capacity.rate_rps)

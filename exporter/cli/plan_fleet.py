@@ -41,7 +41,10 @@ def add_fleet_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--fleet-model", metavar="NAME", help="a `models` entry's name")
     plan.add_argument("--rate", type=float, metavar="RPS", help="the model's rate, req/s")
     plan.add_argument("--state", type=Path, metavar="PATH",
-                      help="the daemon's state file: its variants' calibrations")
+                      help="a daemon's state file (state_file): with --config, its variants' "
+                      "calibrations; without, alpha, beta, gamma and the request shape of "
+                      "--deployment (flags given override them), and each claim's distance "
+                      "from the per-replica rates its windows observed")  # fmt: skip
     plan.add_argument("--capacity", action="append", default=[], metavar="VARIANT=RPS",
                       help="a variant's capacity per replica as counted (repeatable)")
     plan.add_argument("--inventory", action="append", default=[], metavar="TYPE=GPUS",
@@ -52,9 +55,9 @@ def add_fleet_arguments(plan: argparse.ArgumentParser) -> None:
 def fleet_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the fleet arguments (None: nothing, or not a fleet query)."""
     if args.config is None:
-        given = [f for f in ("fleet_model", "rate", "state") if getattr(args, f) is not None]
+        given = [f for f in ("fleet_model", "rate") if getattr(args, f) is not None]
         if given or args.capacity or args.inventory:
-            return "argument --config: is required with --fleet-model, --rate, --state, " \
+            return "argument --config: is required with --fleet-model, --rate, " \
                    "--capacity and --inventory"
         return None
     if args.fleet_model is None or args.rate is None:

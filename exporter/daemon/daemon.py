@@ -143,6 +143,7 @@ class Daemon:
                 config=runtime.config, tuner=runtime.cycle.tuner.estimate(),
                 workload=runtime.cycle.workload, inputs=runtime.cycle.inputs,
                 current_replicas=_current_replicas(runtime),
+                slope_known=runtime.cycle.slope_known,
             )
             for name, runtime in self.runtimes.items()
         })  # fmt: skip

@@ -49,6 +49,7 @@ def saved_state(cycles: Mapping[str, DeploymentCycle]) -> dict[str, Any]:
             "workload": None
             if rt.workload is None
             else [rt.workload.avg_input_tokens, rt.workload.avg_output_tokens],
+            "slope_known": rt.growth_seen,  # what the windows identified (DeploymentCycle)
         }
     return state
 
@@ -84,6 +85,9 @@ def restore_state(
             shape = entry.get("workload")
             workload = None if shape is None else Workload(*shape)
             rt.recommender.restore(entry.get("recommender", {}), now_s)
+            growth_seen = entry.get("slope_known", False)
+            if not isinstance(growth_seen, bool):
+                raise ValueError(f"slope_known must be true or false, got {growth_seen!r}")
             rt.forecaster.restore(entry.get("forecaster"), now_s)  # drops what does not parse
         except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
             # Any piece of the wrong shape or value; nothing is assigned before all of it parsed.
@@ -95,6 +99,7 @@ def restore_state(
             tuner if _same_settings(tuner, rt.tuner) else new_tuner(rt.config, seed=tuner.params)
         )
         rt.workload = workload
+        rt.growth_seen = growth_seen
         logger.info("%s: restored calibration %s", name, rt.params)
     return problems
 

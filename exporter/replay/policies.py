@@ -96,6 +96,7 @@ class OursPolicy:
         served = ServedEstimate(
             config=cycle.config, tuner=cycle.tuner.estimate(), workload=cycle.workload,
             inputs=cycle.inputs, current_replicas=None if last is None else last.current_replicas,
+            slope_known=cycle.slope_known,
         )  # fmt: skip
         return predict(served, rate_rps, replicas, ())
 

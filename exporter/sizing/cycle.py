@@ -22,7 +22,7 @@ from exporter.collector.observations import DeploymentObservation, ObservationSt
 from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig, ForecastMode
 from exporter.sizing.attainment import SloWindow
-from exporter.sizing.evidence import PastMiss, past_misses
+from exporter.sizing.evidence import PastMiss, identifies_growth, past_misses
 from exporter.sizing.forecast_choice import ForecastStrategy, Outlook
 from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
@@ -69,6 +69,7 @@ class Estimate:
     evidence: Sequence[Observation] = ()  # the points that bound capacity
     misses: Sequence[PastMiss] = ()  # older misses, which bound the count
     trusted: bool = True
+    slope_known: bool = False  # DeploymentCycle.slope_known
     headroom: float = 1.0  # the factor the rate is sized for times
     trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
     outlook: Outlook | None = None  # the forecaster's (None: the window's rate was not read)
@@ -125,6 +126,19 @@ class DeploymentCycle:
         self.evidence: deque[tuple[Observation, int]] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
         self.forecaster = forecaster or ForecastStrategy(config.forecaster, config.look_ahead_s)
+        self.growth_seen = False  # see slope_known
+
+    @property
+    def slope_known(self) -> bool:
+        """How latency grows with load is known beyond the tuner's window: since the start a
+        fit identified every parameter or the windows' arrival rates spread over more than one
+        operating point (`growth_seen`), or the operator configured `initial_params`; either
+        holds the tuner's prior where a later partial fit leaves it open (after a detected
+        change the window restarts at one load), so what is published needs no cut to the
+        served rates (exporter.sizing.evidence, `Envelope.claim`). Not "an estimate was
+        trusted": short windows' arrival noise spreads the ITL curve's occupancy rates enough
+        for a partial fit at one load to count as spread (the laptop recipe's, 0.8)."""
+        return self.growth_seen or self.config.initial_params is not None
 
     @property
     def params(self) -> ServiceParams | None:
@@ -147,6 +161,7 @@ class DeploymentCycle:
             return Estimate(
                 deployment=self.config.name, now_s=now_s, observation=None,
                 calibration=self.tuner.estimate(), params=self.params, demand=demand,
+                slope_known=self.slope_known,
             )  # fmt: skip
         dep = self.config
         problems: list[Problem] = []
@@ -168,13 +183,16 @@ class DeploymentCycle:
         estimate, handover = self.tuner.estimate(), self.handover()
         misses = past_misses(estimate.window, self.evidence, dep.slo)
         headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
+        trusted = is_trusted(estimate.confidence)
+        pods = max(obs.observed_pods, 1)
+        self.growth_seen = self.growth_seen or identifies_growth(estimate, obs.window_s, pods)
         return Estimate(
             deployment=dep.name, now_s=now_s, observation=obs, calibration=estimate,
             params=estimate.params, bias=estimate.bias, workload=self.workload,
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
-            evidence=estimate.window, misses=misses, trusted=is_trusted(estimate.confidence),
-            headroom=headroom.factor,
+            evidence=estimate.window, misses=misses, trusted=trusted,
+            slope_known=self.slope_known, headroom=headroom.factor,
             trend=trend, outlook=outlook, problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
@@ -191,7 +209,7 @@ class DeploymentCycle:
             estimate.now_s, obs, estimate.params, estimate.workload, estimate.bias,
             estimate.inputs, demand=estimate.demand, shortfalls=estimate.shortfalls,
             handover=estimate.handover, evidence=estimate.evidence, misses=estimate.misses,
-            trusted=estimate.trusted,
+            trusted=estimate.trusted, slope_known=estimate.slope_known,
             headroom=estimate.headroom, trend=estimate.trend, projected_rps=projected,
         )  # fmt: skip
         if obs is not None:

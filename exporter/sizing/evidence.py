@@ -25,6 +25,23 @@ rate a predicted latency is not below what the highest point measured (less its 
 latency does not fall as load rises, whatever a fit at lower loads extrapolates.
 A model capacity outside the envelope is moved to its edge and the count sized from that; the
 decision's reason then says `evidence_bound`.
+
+What the what-if and `plan --state` claim (`Envelope.claim`) is no more than the data
+identified. Windows at one operating point (`trust.spread_loads` false), on a deployment whose
+growth with load nothing else holds (since the start no fit identified every parameter and no
+window's rates spread beyond their counting noise, no configured parameters: `slope_known`),
+pin the mean TTFT and ITL at that load but not how they grow with it: every split of alpha
+against the load parts that predicts the same point fits the windows, and the steepest (alpha
+near 0: throughput no longer grows with the batch) saturates just past the observed load. The
+capacity claimed is then the highest rate served within the targets and the saturation the
+highest rate served stably: lower bounds the windows proved, where the model's figure is an
+extrapolation no window tested (the laptop recipe's fit claimed 2-2.7x its observed load,
+1.2-2x the simulator's truth). A what-if beyond that saturation answers no latency and no
+stability (`WhatIf.stable` None): the windows cannot tell. The count and the capacity gauges
+keep the envelope's figures: a ceiling near the rate served, sized on, held a steady fleet
+above its need (the real conversation trace cost 1.54x the best fixed fleet instead of 1.17x),
+and gauges cut to the claim moved with the load at 128/2048 tokens, whose slow wander does not
+spread a window's rates (bench/tuner_robustness: p90 move 2.0 -> 9.3 %).
 """
 
 from __future__ import annotations
@@ -34,12 +51,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from exporter.collector.observations import DeploymentObservation
 from exporter.collector.saturation import Saturation
 from exporter.config.values import SloConfig
 from exporter.sizing.forecast import Forecast
+from model.calibration.estimate import TunerEstimate
 from model.calibration.observation import Observation
+from model.calibration.trust import SPREAD_QUANTILES, SPREAD_RATIO, spread_loads
 
 NOISE_MARGIN = 0.1
 SCALE_DOWN_STEP = 1.5  # see scale_down_floor
@@ -53,6 +73,8 @@ BURSTY_ARRIVAL_CV = 2.0
 # A claim this far outside the observed rates (as a ratio) is flagged extrapolated; inside it,
 # a window's own rate noise covers the distance.
 EXTRAPOLATED_RATIO = 1.0 + NOISE_MARGIN
+QUARTILE_Z = 0.8416  # the standard normal's 80th percentile (spread_beyond_noise)
+NOISE_MIN_POINTS = 5  # fewer points' percentiles say nothing of a spread
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +91,26 @@ class Envelope:
     # Measured at the highest rate, less NOISE_MARGIN (ms): what a higher load is not below.
     top_ttft_ms: float | None = None
     top_itl_ms: float | None = None
+    # The points' loads spread beyond one operating point (how latency grows is identified).
+    spread: bool = False
+
+    def unidentified(self, slope_known: bool) -> bool:
+        """How latency grows with load is known neither beyond the points (not `slope_known`)
+        nor from them (they sit at one operating point)."""
+        return not (slope_known or self.spread) and self.high_rps is not None
+
+    def claim(
+        self, capacity_rps: float, saturation_rps: float, slope_known: bool
+    ) -> tuple[float, float]:
+        """The (capacity, saturation) published for the envelope's (module docstring): with the
+        growth with load not identified (not `slope_known`, points at one operating point), at
+        most the highest rate served within the targets and the highest rate served stably
+        (not below the capacity); unchanged otherwise, or without a rate served."""
+        if not self.unidentified(slope_known) or self.served_rps is None:
+            return capacity_rps, saturation_rps
+        capacity = min(capacity_rps, self.served_rps)
+        stable = saturation_rps if self.stable_rps is None else min(saturation_rps, self.stable_rps)
+        return capacity, max(capacity, stable)
 
     def capacity(self, model_rps: float) -> float:
         """`model_rps` moved into the envelope (the missed bound wins a crossing)."""
@@ -102,6 +144,10 @@ class Bounded:
     capacity_rps: float
     saturation_rps: float
     bound: bool
+    # What is published (`Envelope.claim`): at most capacity_rps and saturation_rps.
+    claimed_rps: float = math.nan
+    claimed_saturation_rps: float = math.nan
+    unidentified: bool = False  # Envelope.unidentified
 
 
 def overshoot(point: Observation, ttft_ms: float | None, itl_ms: float | None) -> float | None:
@@ -144,6 +190,7 @@ def envelope(points: Sequence[Observation], slo: SloConfig) -> Envelope:
         high_rps=max(rates, default=None),
         top_ttft_ms=None if top is None else top.ttft_ms * (1.0 - NOISE_MARGIN),
         top_itl_ms=None if top is None else top.itl_ms * (1.0 - NOISE_MARGIN),
+        spread=spread_loads(np.array(rates, dtype=float)),
     )
 
 
@@ -153,15 +200,18 @@ def bounded(
     env: Envelope,
     current: int | None = None,
     headroom: float = 1.0,
+    *,
+    slope_known: bool = True,
 ) -> Bounded:
     """The forecast's count, capacity and saturation (per replica) checked against `env`:
     where the capacity leaves the envelope, it is moved to the edge and the count becomes what
-    the sizing rate needs at it; below `current` replicas, not past `scale_down_floor`.
-    `headroom` is the factor `sizing_rate_rps` carries (exporter.sizing.headroom): it corrects
-    the model for misses the model does not explain. A rate missed at is such a miss already
-    counted: when it is the edge the capacity moves to, the rate is sized without the factor
-    (not below the model's own count). Counted twice, one burst window that missed took a
-    bursty trace's count from 4 to 6 replicas for the next hour."""
+    the sizing rate needs at it; below `current` replicas, not past `scale_down_floor`; the
+    claim published from them (`Envelope.claim`). `headroom` is the factor `sizing_rate_rps`
+    carries (exporter.sizing.headroom): it corrects the model for misses the model does not
+    explain. A rate missed at is such a miss already counted: when it is the edge the capacity
+    moves to, the rate is sized without the factor (not below the model's own count). Counted
+    twice, one burst window that missed took a bursty trace's count from 4 to 6 replicas for
+    the next hour."""
     replicas, capacity_rps = outlook.plan.replicas, outlook.plan.capacity.rate_rps
     saturation = env.saturation(outlook.saturation_rate_per_replica_rps)
     capacity = env.capacity(capacity_rps)
@@ -178,7 +228,12 @@ def bounded(
         floor = min(current, scale_down_floor(sizing_rate_rps, env))
         if floor > replicas:
             replicas, bound = floor, True
-    return Bounded(replicas=replicas, capacity_rps=capacity, saturation_rps=saturation, bound=bound)
+    claimed, claimed_saturation = env.claim(capacity, saturation, slope_known)
+    return Bounded(
+        replicas=replicas, capacity_rps=capacity, saturation_rps=saturation, bound=bound,
+        claimed_rps=claimed, claimed_saturation_rps=claimed_saturation,
+        unidentified=env.unidentified(slope_known),
+    )  # fmt: skip
 
 
 def scale_down_floor(sizing_rate_rps: float, env: Envelope) -> int:
@@ -283,3 +338,29 @@ def holds_load(
         if target is not None and measured is not None
     ]
     return bool(ratios) and served(max(ratios))
+
+
+def identifies_growth(estimate: TunerEstimate, window_s: float, pods: int) -> bool:
+    """The estimate's data say how latency grows with load: its fit identified every parameter,
+    or its window's arrival rates spread over more than one operating point by more than the
+    counting noise of `window_s` windows over `pods` pods explains (`spread_beyond_noise`)."""
+    if estimate.params is not None and all(estimate.identified):
+        return True
+    rates = np.array([p.rate_rps for p in estimate.window], dtype=float)
+    return spread_beyond_noise(rates, window_s, pods)
+
+
+def spread_beyond_noise(rates_rps: NDArray[np.float64], window_s: float, pods: int) -> bool:
+    """`trust.spread_loads` of per-replica rates counted over `window_s` windows across `pods`,
+    with the ratio asked for widened by what the count's Poisson noise alone spreads them to:
+    at one constant load a window of n requests has a relative sd of 1 / sqrt(n), and the
+    20th-80th percentile ratio of such windows is about exp(2 x 0.84 / sqrt(n)): 1.22 at the
+    laptop recipe's 70 requests, 1.33 at 35 (one replica at 7 req/s over 5 s), where the
+    ratio alone (SPREAD_RATIO, 1.3) calls one load spread."""
+    finite = rates_rps[np.isfinite(rates_rps) & (rates_rps > 0)]
+    if finite.size < NOISE_MIN_POINTS or window_s <= 0 or pods < 1:
+        return False
+    count = float(np.median(finite)) * window_s * pods
+    noise = math.exp(2.0 * QUARTILE_Z / math.sqrt(max(count, 1.0)))
+    low, high = np.percentile(finite, SPREAD_QUANTILES)
+    return bool(high >= SPREAD_RATIO * noise * low)

@@ -163,7 +163,7 @@ class HeadroomController:
         reason = excuse(
             obs,
             None if last is None else last.desired_replicas,
-            None if last is None else last.max_rate_per_replica_rps,
+            None if last is None else last.sizing_capacity_rps,
         )
         windows = {n: obs.windows[n] for n in self._names if n in obs.windows}
         if reason is None and not windows:

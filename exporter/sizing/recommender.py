@@ -72,6 +72,8 @@ class Decision:
     binding_target: BindingTarget | None = None  # None: not sized this cycle
     predicted_percentiles: tuple[PredictedPercentile, ...] = ()  # same load and replicas
     infeasible_targets: tuple[str, ...] = ()  # missed by the model at replicas.max
+    # The capacity the count was sized with (at least the published one).
+    sizing_capacity_rps: float | None = None
 
 
 def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
@@ -147,6 +149,7 @@ class Recommender:
         trusted: bool = True,
         trend: Sequence[tuple[float, float]] = (),
         projected_rps: float | None = None,
+        slope_known: bool = True,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -158,11 +161,13 @@ class Recommender:
         its parameters; the rate is sized for x `headroom` (exporter.sizing.headroom); `trend`
         is (time s, arrival rate req/s) of the recent windows whose rate was read, oldest
         first, ending with this one's (look_ahead_s extends its last TREND_WINDOWS; a
-        forecaster's `projected_rps` replaces it)."""
+        forecaster's `projected_rps` replaces it); what is published claims no more than the
+        windows identified unless how latency grows with load is `slope_known`
+        (`Envelope.claim`, `DeploymentCycle.slope_known`)."""
         self._trend, self._projected = trend[-TREND_WINDOWS:], projected_rps
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
-        self._misses = misses
+        self._misses, self._slope_known = misses, slope_known
         if handover is not None:
             params, bias = handover.params, None
         decision = self._decide(
@@ -221,6 +226,7 @@ class Recommender:
             max_rate_per_replica_rps=plan.capacity.rate_rps,
             saturation_rate_per_replica_rps=outlook.saturation_rate_per_replica_rps,
             binding_target=binding_target(plan.capacity),
+            sizing_capacity_rps=plan.capacity.rate_rps,
         )
 
     def _decide(
@@ -268,7 +274,8 @@ class Recommender:
         # An untrusted estimate scales down no further than the served rates support ...
         untrusted = handover or not self._trusted
         checked = bounded(outlook, sizing_rate, envelope(self._evidence, dep.slo),
-                          current if untrusted else None, self._headroom)  # fmt: skip
+                          current if untrusted else None, self._headroom,
+                          slope_known=self._slope_known)  # fmt: skip
         max_batch = inputs.server.max_batch_size
         if (
             untrusted
@@ -279,8 +286,13 @@ class Recommender:
             checked = replace(checked, replicas=current, bound=True)
         extra = {
             "sizing_rate_rps": sizing_rate,
+            # The gauges keep the envelope's capacity: cut to the claim, they moved with the load
+            # at 128/2048 tokens, whose slow wander never spreads a window's rates
+            # (bench/tuner_robustness: p90 move 2.0 -> 9.3 %); the what-if and plan --state
+            # answer the claim (exporter.sizing.evidence).
             "max_rate_per_replica_rps": checked.capacity_rps,
             "saturation_rate_per_replica_rps": checked.saturation_rps,
+            "sizing_capacity_rps": checked.capacity_rps,
             "predicted_ttft_ms": outlook.ttft_ms,
             "predicted_itl_ms": outlook.itl_ms,
             "binding_target": binding_target(plan.capacity),
@@ -400,6 +412,7 @@ class Recommender:
 _OPTIONAL_FIELDS = (
     "model_replicas", "arrival_rate_rps", "sizing_rate_rps", "max_rate_per_replica_rps",
     "saturation_rate_per_replica_rps", "predicted_ttft_ms", "predicted_itl_ms",
+    "sizing_capacity_rps",
 )  # fmt: skip
 
 

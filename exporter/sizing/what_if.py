@@ -47,7 +47,9 @@ class WhatIf:
     per_replica_rate_rps: float
     ttft_ms: float
     itl_ms: float
-    stable: bool
+    # None: beyond the saturation the windows support, where they identify nothing
+    # (exporter.sizing.evidence: the latencies are then not answered either).
+    stable: bool | None
     max_rate_per_replica_rps: float
     saturation_rate_per_replica_rps: float
     replicas_needed: int | None
@@ -110,6 +112,7 @@ class ServedEstimate:
     workload: Workload | None
     inputs: ModelInputs | None
     current_replicas: int | None
+    slope_known: bool = True  # DeploymentCycle.slope_known
 
 
 def predict(
@@ -123,7 +126,7 @@ def predict(
     count = replicas or served.current_replicas or 1
     return what_if(
         served.config, params, workload, served.tuner.bias, rate_rps, count, quantiles,
-        served.inputs, served.tuner.window,
+        served.inputs, served.tuner.window, slope_known=served.slope_known,
     )  # fmt: skip
 
 
@@ -137,11 +140,14 @@ def what_if(
     quantiles: tuple[float, ...],
     inputs: ModelInputs | None = None,
     evidence: Sequence[Observation] = (),
+    *,
+    slope_known: bool = True,
 ) -> WhatIf:
     """The bias-corrected model at a total rate (req/s) on `replicas`, with the model's
     percentiles at `quantiles` (none: not computed); `inputs` as for `forecast`; capacity,
     saturation, count and latencies within what the `evidence` windows (per replica) show
-    (`exporter.sizing.evidence`)."""
+    (`exporter.sizing.evidence`): without `slope_known` (how latency grows with load known
+    beyond them), no claim past what they identified (`Envelope.claim`)."""
     per_replica = rate_rps / replicas
     # Below MIN_MODEL_RATE_RPS the model's ratios of vanishing quantities lose every digit
     # (1e-320 req/s gave a mean ITL of 8e20 s); the idle engine's latencies are exact there.
@@ -154,8 +160,19 @@ def what_if(
         inputs=inputs,
     )  # fmt: skip
     env = envelope(evidence, dep.slo)
-    checked = bounded(outlook, rate_rps, env)
+    checked = bounded(outlook, rate_rps, env, slope_known=slope_known)
     ttft_ms, itl_ms = latency_floor_ms(per_replica, outlook.ttft_ms, outlook.itl_ms, env)
+    stable: bool | None = outlook.stable
+    needed = checked.replicas
+    claimed = checked.claimed_rps
+    if claimed < checked.capacity_rps:
+        # The published capacity is the windows' (a count from the model's would contradict it).
+        needed = min(max(1, math.ceil(rate_rps / claimed - 1e-9)), dep.max_replicas)
+    beyond = per_replica > checked.claimed_saturation_rps * EXTRAPOLATED_RATIO
+    if checked.unidentified and beyond:
+        # Past the saturation the windows support, with how latency grows unidentified: the
+        # model's latencies there are a guess no window tested (module docstring of evidence).
+        ttft_ms, itl_ms, stable = math.inf, math.inf, None
     low, high = env.low_rps, env.high_rps
     observed = None if low is None or high is None else (low, high)
     asked = None
@@ -170,10 +187,10 @@ def what_if(
         per_replica_rate_rps=per_replica,
         ttft_ms=ttft_ms,
         itl_ms=itl_ms,
-        stable=outlook.stable,
-        max_rate_per_replica_rps=checked.capacity_rps,
-        saturation_rate_per_replica_rps=checked.saturation_rps,
-        replicas_needed=checked.replicas,
+        stable=stable,
+        max_rate_per_replica_rps=claimed,
+        saturation_rate_per_replica_rps=checked.claimed_saturation_rps,
+        replicas_needed=needed,
         feasible=outlook.plan.capacity.feasible,
         max_replicas=dep.max_replicas,
         infeasible_targets=infeasible_at_max(

@@ -7,6 +7,7 @@ loopback ports instead, so that it cannot collide with anything else on the mach
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,12 @@ from tests.conftest import REPO_ROOT
 pytestmark = pytest.mark.integration
 
 RECIPE_PORTS = ("8100", "8101", "9464")  # emulate --base-port, its second replica, the daemon
+# One emulated replica's SLO capacity at the recipe's targets (mean TTFT 50 ms, mean ITL 25 ms):
+# `vllm-sizer simulate --kv-capacity-tokens 449200 --rates 9,9.5` (seeds 0 and 1) crosses the
+# mean TTFT target at 9.1 req/s. Issue 35: the published capacity is within 15 % of it, or a
+# bound the windows proved, 0.5-1.0x of it. (The analytical model at the true parameters says
+# 6.29, `vllm-sizer plan --ttft-ms 50 --itl-ms 25`: its TTFT is 13-17 % high, not the truth.)
+TRUTH_RPS = 9.1
 
 
 def readme_recipe() -> str:
@@ -93,3 +100,14 @@ def test_readme_laptop_recipe_serves_a_desired_count(tmp_path: Path) -> None:
     assert "reason=" in log and "Traceback" not in log, context
     # The what-if answers, or (the tuner not calibrated yet on a slow machine) says why not.
     assert re.search(r'^\{("deployment": "laptop"|"error": )', out, re.M), context
+    fitted = re.search(r'^vllm_sizer_tuner_state\{[^}]*state="fitted"\} 1\.0$', out, re.M)
+    if fitted is None:
+        return  # calibrated nothing in 45 s (a loaded machine): no capacity to judge
+    line = re.search(r'^(\{"deployment": "laptop".*)$', out, re.M)
+    assert line is not None, context
+    answer = json.loads(line.group(1))
+    published = answer["max_rate_per_replica_requests_per_second"]
+    assert 0.5 * TRUTH_RPS <= published <= 1.15 * TRUTH_RPS, context
+    # 30 req/s on the 2 replicas: 15 each, past the truth's saturation (11-12 req/s) and twice
+    # the windows' load: not called stable on the model's word.
+    assert answer["stable"] is not True, context

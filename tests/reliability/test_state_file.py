@@ -81,6 +81,21 @@ def test_a_good_state_restores(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [tmp_path / "state.json"]
 
 
+def test_what_the_windows_identified_survives_a_restart(tmp_path: Path) -> None:
+    """Once windows showed how latency grows with load, a restart at one operating point does
+    not cut the published capacity to the rates served (exporter.sizing.evidence)."""
+    state = good_state()
+    assert state["deployments"]["llama"]["slope_known"] is False  # nothing seen yet
+    state["deployments"]["llama"]["slope_known"] = True
+    statefile = StateFile(tmp_path / "state.json")
+    statefile.save(state)
+    assert start(statefile).runtimes["llama"].cycle.growth_seen
+    state["deployments"]["llama"]["slope_known"] = "yes"
+    given = GivenState(state)
+    assert not start(given).runtimes["llama"].cycle.growth_seen
+    assert "slope_known must be true or false, got 'yes'" in given.problem
+
+
 def _truncated() -> bytes:
     text = json.dumps({"version": STATE_VERSION, "state": good_state()})
     return text[: len(text) // 2].encode()

@@ -19,6 +19,7 @@ from exporter.sizing.evidence import (
     past_misses,
     scale_down_floor,
     served,
+    spread_beyond_noise,
 )
 from exporter.sizing.recommender import Reason, Recommender
 from exporter.sizing.what_if import what_if
@@ -202,3 +203,66 @@ def test_a_miss_out_of_the_window_bounds_the_count_not_the_capacity_per_replica(
         counts[rate] = (decision.desired_replicas, decision.model_replicas)
     # Below the rate missed at, the model's count; from it on, not below 3.
     assert counts == {3.0: (1, 1), 4.5: (3, 1), 9.0: (3, 2)}
+
+
+# The laptop recipe's windows (issue 35): 2 emulated replicas at 14 req/s, 5 s windows, each
+# per-replica point about 7 req/s, served within TTFT 50 / ITL 25 ms, with a partial fit that
+# put the latency into alpha and so claims 20 req/s (the simulator's truth: 9.1 req/s, the
+# mean TTFT crossing 50 ms; `vllm-sizer simulate`, seeds 0 and 1).
+LAPTOP = [
+    point(r, t, 12.0)
+    for r, t in ((6.1, 38.5), (6.9, 40.0), (7.2, 41.0), (6.5, 39.0), (6.8, 40.5), (7.0, 40.0))
+]
+HEAVY = ServiceParams(9.717, 9.437e-3, 1.497e-5)
+
+
+def test_one_operating_point_claims_what_it_served_not_the_fits_extrapolation() -> None:
+    dep = deployment(max_replicas=8)
+    # Growth with load unidentified: the claim is the highest rate served, and as saturation
+    # the highest rate served stably; within 0.5-1.0x the truth's 9.1 req/s.
+    env = envelope(LAPTOP, SLO)
+    assert env.claim(20.0, 26.0, slope_known=False) == (7.2, 7.2)
+    assert env.claim(20.0, 26.0, slope_known=True) == (20.0, 26.0)
+    # Loads spread (a ramp): the fit's growth is what the data identified.
+    ramp = [point(2.0 + k, 30.0 + k, 9.0 + k) for k in range(6)]
+    assert envelope(ramp, SLO).claim(20.0, 26.0, slope_known=False) == (20.0, 26.0)
+    # The decision (the count and the gauges) is not sized on the claim: the same either way.
+    obs = observation(14.0, 2)
+    known = Recommender(dep).decide(0.0, obs, HEAVY, SHAPE, evidence=LAPTOP, slope_known=True)
+    unknown = Recommender(dep).decide(0.0, obs, HEAVY, SHAPE, evidence=LAPTOP, slope_known=False)
+    assert known == unknown
+
+
+def test_a_what_if_past_what_one_operating_point_served_answers_no_latency() -> None:
+    dep = deployment(max_replicas=8)
+    # The recipe's own question: 14 req/s on one replica. The fit says stable at about 50 ms;
+    # the simulator says 17.6 s. The windows cannot tell: no stability, no latencies.
+    far = what_if(dep, HEAVY, SHAPE, None, 14.0, 1, (), evidence=LAPTOP, slope_known=False)
+    assert far.stable is None and far.extrapolated
+    assert math.isinf(far.ttft_ms) and math.isinf(far.itl_ms)
+    body = far.to_json()
+    assert body["stable"] is None and body["ttft_seconds"] is None
+    assert body["max_rate_per_replica_requests_per_second"] == 7.2
+    assert body["replicas_needed"] == 2  # 14 / 7.2 (the fit's 14 / 20 would be 1)
+    # Within the windows' own noise of what they served: the model answers.
+    near = what_if(dep, HEAVY, SHAPE, None, 7.5, 1, (), evidence=LAPTOP, slope_known=False)
+    assert near.stable is True and math.isfinite(near.ttft_ms)
+    # With the growth known, the model answers at 14 too.
+    known = what_if(dep, HEAVY, SHAPE, None, 14.0, 1, (), evidence=LAPTOP, slope_known=True)
+    assert known.stable is True and known.max_rate_per_replica_rps > 2.5 * 7.2
+    assert known.replicas_needed == 1
+
+
+def test_a_spread_beyond_the_counting_noise_identifies_growth() -> None:
+    rng = np.random.default_rng(0)
+    # One load, 5 s windows: 35 requests a window (one replica at 7 req/s) spread the rates'
+    # 20th-80th percentiles to about 1.33, past SPREAD_RATIO (1.3) alone; not past the noise.
+    hits = 0
+    for _ in range(200):
+        rates = rng.poisson(35.0, 10) / 5.0
+        hits += spread_beyond_noise(rates, 5.0, 1)
+    assert hits <= 4  # at most 2 %
+    # A load wandering over 0.3-0.7 of saturation, 30 s windows: spread.
+    wander = np.linspace(3.7, 8.7, 10)
+    assert spread_beyond_noise(wander, 30.0, 1)
+    assert not spread_beyond_noise(wander[:4], 30.0, 1)  # too few points to say

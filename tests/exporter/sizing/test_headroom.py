@@ -100,7 +100,7 @@ def test_misses_explained_by_loading_pods_or_load_over_capacity_do_not_feed_it()
     last = Recommender(_deployment()).decide(0.0, observation(10.0, 1), LLAMA, Workload(1024, 256))
     loading = replace(last, desired_replicas=3)  # asked for 3, one is ready
     assert ctl.observe(_window(30.0, 500.0), loading).reason is HeadroomReason.POD_LOADING
-    small = replace(last, max_rate_per_replica_rps=5.0)  # 10 req/s on one 5 req/s replica
+    small = replace(last, sizing_capacity_rps=5.0)  # 10 req/s on one 5 req/s replica
     assert ctl.observe(_window(60.0, 500.0), small).reason is HeadroomReason.OVER_CAPACITY
     assert ctl.state.factor == 1.0
 
