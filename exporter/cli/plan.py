@@ -18,7 +18,12 @@ from exporter.cli.fleet_options import (
     number_flag,
     output_file,
 )
-from exporter.cli.plan_fleet import add_fleet_arguments, fleet_problem, run_fleet_plan
+from exporter.cli.plan_fleet import (
+    DEFAULT_SHAPE,
+    add_fleet_arguments,
+    fleet_problem,
+    run_fleet_plan,
+)
 from exporter.cli.plan_state import Calibrated, distance, print_evidence, read_state
 from exporter.config.checks import KeyReader
 from exporter.config.slo import parse_slo
@@ -39,8 +44,6 @@ from model import (
 from model.queueing.analyzer import MAX_RATE_FRACTION
 from model.queueing.chain import workload_table
 from model.queueing.sizing import ReplicaPlan, plan_replicas
-
-DEFAULT_SHAPE = Workload(1024.0, 512.0)
 
 # Paper Table I (H100, ms): presets for --model.
 PRESETS = {

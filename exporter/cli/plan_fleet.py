@@ -33,6 +33,9 @@ from exporter.sizing.handover import handover
 from model import Workload
 from model.calibration.trust import is_trusted
 
+# The request shape `plan` assumes where neither flags nor a state file give one.
+DEFAULT_SHAPE = Workload(1024.0, 512.0)
+
 
 def add_fleet_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--config", type=Path, metavar="PATH",
@@ -146,7 +149,10 @@ def _capacities(
         restore_state(state, sizer.cycles, 0.0)
     if fleet is not None:
         fleet.transfer_priors()
-    workload = Workload(args.input_tokens, args.output_tokens)
+    workload = Workload(
+        DEFAULT_SHAPE.avg_input_tokens if args.input_tokens is None else args.input_tokens,
+        DEFAULT_SHAPE.avg_output_tokens if args.output_tokens is None else args.output_tokens,
+    )
     capacities, trusted = {}, {}
     for name in names:
         cycle = sizer.cycles[name]

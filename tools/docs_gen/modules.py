@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TOPS = {
     "model": "pure math: the queueing model, calibration, the simulator (no I/O, clock or logging)",
     "exporter": "everything with I/O, by layer: base < config < collector < sizing < daemon < "
-    "replay < cli, and testbed < replay (replay on its own page)",
+    "replay < cli, and testbed < replay (sizing and replay on their own pages)",
+    "exporter/sizing": "the pure sizing layer: a deployment's cycle, the recommender, the evidence "
+    "and the fleet plan",
     "exporter/replay": "the replay layer: traces, the simulated fleets, policies and scoring",
     "bench": "benchmarks (entry points at the top) and their helpers",
     "tools": "maintenance tools, such as this page's generator",
