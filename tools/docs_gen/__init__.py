@@ -11,6 +11,7 @@ from pathlib import Path
 from tools.docs_gen import (
     cli_help,
     config_keys,
+    forecast_table,
     http_api,
     metrics,
     modules,
@@ -28,6 +29,7 @@ def generate() -> dict[str, str]:
         "docs/reference/metrics-generated.md": metrics.render(),
         "docs/reference/http-api-generated.md": http_api.render(),
         variant_truths.PAGE: variant_truths.render(),
+        forecast_table.PAGE: forecast_table.render(),
     }
     pages.update(cli_help.pages())
     pages.update(modules.pages())
