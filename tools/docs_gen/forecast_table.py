@@ -32,8 +32,8 @@ def render() -> str:
         "# Forecasters on replay: the table",
         "",
         "What the figures mean and when a forecast pays: "
-        "[forecasting](../concepts/forecasting.md). Each cell: replica-hours, then judged windows missed / judged (`bench/forecast.py`, "
-        "`bench/results/forecast.json`).",
+        "[forecasting](../concepts/forecasting.md). Each cell: replica-hours, then judged "
+        "windows missed / judged (`bench/forecast.py`, `bench/results/forecast.json`).",
         "",
         "| case (startup delay) | " + " | ".join(ARMS.values()) + " |",
         "|---|" + "---|" * len(ARMS),
