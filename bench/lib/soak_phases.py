@@ -14,6 +14,7 @@ port, a garbage pod in a healthy fleet, and a Prometheus answering two series pe
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -25,6 +26,7 @@ from urllib.request import urlopen
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.collector.prom_batch import TAG_LABEL
 from exporter.collector.vllm_metrics import wanted_sample_names
 from tests.reliability.fault_server import Fault, FaultServer
 
@@ -127,13 +129,17 @@ class DuplicatingPrometheus:
                 form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
                 fake.queries += 1
                 time_s = float(form.get("time", time.time()))
+                # The daemon reads its Prometheus deployments in one batch, each series tagged
+                # with its deployment's name (exporter/collector/prom_batch.py): so are these.
+                names = re.findall(rf'"{TAG_LABEL}", "([^"]+)"', form["query"])
+                tag: dict[str, str] = {TAG_LABEL: str(names[0])} if names else {}
                 if form["query"].startswith("max by ("):
                     result = [
-                        {"metric": {"pod": f"pod-{k}"}, "value": [time_s, repr(time_s)]}
+                        {"metric": {"pod": f"pod-{k}", **tag}, "value": [time_s, repr(time_s)]}
                         for k in range(len(fake.urls))
                     ]
                 else:
-                    result = fake.series(time_s, wanted)
+                    result = fake.series(time_s, wanted, tag)
                 body = json.dumps(
                     {"status": "success", "data": {"resultType": "vector", "result": result}}
                 ).encode()
@@ -154,7 +160,9 @@ class DuplicatingPrometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
-    def series(self, time_s: float, wanted: frozenset[str]) -> list[dict[str, Any]]:
+    def series(
+        self, time_s: float, wanted: frozenset[str], tag: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for k, url in enumerate(self.urls):
             with urlopen(url, timeout=2.0) as resp:
@@ -164,7 +172,7 @@ class DuplicatingPrometheus:
                     if s.name not in wanted:
                         continue
                     labels = {**s.labels, "__name__": s.name, "pod": f"pod-{k}",
-                              "namespace": "soak"}  # fmt: skip
+                              "namespace": "soak", **(tag or {})}  # fmt: skip
                     out.append({"metric": {**labels, "job": "vllm"},
                                 "value": [time_s, repr(float(s.value))]})  # fmt: skip
                     if self.duplicate:
