@@ -99,16 +99,7 @@ def parse_predict_query(query: str) -> PredictQuery:
         raise QueryError("deployment", f"must be at most {MAX_DEPLOYMENT_CHARS} characters")
     if "rate" not in params:
         raise QueryError("rate", "is required (requests per second)")
-    raw_rate = params["rate"][0]
-    # A float that overflows is inf, and one that underflows is 0 or denormal: both in range
-    # checks below or answered as the tiny rate they are.
-    rate = float(raw_rate) if _RATE.fullmatch(raw_rate) else math.nan
-    if not 0 <= rate <= MAX_RATE_RPS:
-        raise QueryError(
-            "rate",
-            f"must be a decimal number from 0 to {MAX_RATE_RPS:g} (requests per second), "
-            f"got {_cut(raw_rate)!r}",
-        )
+    rate = _rate(params["rate"][0], "must be")
     replicas: int | None = None
     if "replicas" in params:
         raw = params["replicas"][0]
@@ -131,15 +122,7 @@ def parse_mix_query(query: str) -> tuple[str, float]:
     model = params["model"][0]
     if not model or len(model) > MAX_DEPLOYMENT_CHARS:
         raise QueryError("model", f"must be a model name of 1 to {MAX_DEPLOYMENT_CHARS} characters")
-    raw = params.get("rate", [""])[0]
-    rate = float(raw) if _RATE.fullmatch(raw) else math.nan
-    if not 0 <= rate <= MAX_RATE_RPS:
-        raise QueryError(
-            "rate",
-            f"is required: a decimal number from 0 to {MAX_RATE_RPS:g} (requests per second), "
-            f"got {_cut(raw)!r}",
-        )
-    return model, rate
+    return model, _rate(params.get("rate", [""])[0], "is required:")
 
 
 def _percentiles(raw: str) -> tuple[float, ...]:
@@ -403,3 +386,17 @@ def _handler_class(
             logger.debug("http: " + format, *args)
 
     return Handler
+
+
+def _rate(raw: str, lead: str) -> float:
+    """The `rate` parameter (req/s), or QueryError whose message starts with `lead`. A float
+    that overflows is inf, and one that underflows is 0 or denormal: both in the range check
+    or answered as the tiny rate they are."""
+    rate = float(raw) if _RATE.fullmatch(raw) else math.nan
+    if not 0 <= rate <= MAX_RATE_RPS:
+        raise QueryError(
+            "rate",
+            f"{lead} a decimal number from 0 to {MAX_RATE_RPS:g} (requests per second), "
+            f"got {_cut(raw)!r}",
+        )
+    return rate
