@@ -25,6 +25,11 @@ import numpy as np
 
 # The linear trend's windows: the recommender's TREND_WINDOWS (kept equal by a test).
 TREND_WINDOWS = 4
+# Rates whose window-to-window differences measure the noise a slope is judged against
+# (`rising_slope`), and the fewest differences that say anything.
+NOISE_WINDOWS = 10
+NOISE_MIN_DIFFS = 5
+MAD_TO_SD = 1.4826  # a normal's standard deviation per median absolute deviation
 # Windows the Kalman filter runs over: 20 minutes of 30-s cycles.
 KALMAN_WINDOWS = 40
 # Process noise over the observation noise, per window: the level follows a step within
@@ -70,6 +75,30 @@ class Series:
 def last_value(series: Series, horizon_s: float) -> float | None:
     del horizon_s
     return series.last_rps if series.recent else None
+
+
+def rising_slope(recent: Sequence[tuple[float, float]], sigmas: float = 0.0) -> float:
+    """The rising part (req/s per s; 0 for a falling trend) of the least-squares slope of the
+    last TREND_WINDOWS of `recent` ((time s, rate req/s), oldest first), less `sigmas`
+    standard errors of that slope under the rates' own noise.
+
+    The noise is read from the differences of the last NOISE_WINDOWS rates, as the median
+    absolute deviation around their median: a steady ramp (equal steps) and one step of the
+    load leave it at the counting noise, a bursty stream's window rates raise it. With fewer
+    than NOISE_MIN_DIFFS differences the slope is taken as it is."""
+    fit = recent[-TREND_WINDOWS:]
+    if len(fit) < 3:
+        return 0.0
+    t = np.array([p[0] for p in fit])
+    r = np.array([p[1] for p in fit])
+    slope = float(np.polyfit(t - t[-1], r, 1)[0])
+    diffs = np.diff(np.array([p[1] for p in recent[-NOISE_WINDOWS:]], dtype=float))
+    spread = float(np.sqrt(np.sum((t - t.mean()) ** 2)))
+    if slope <= 0 or sigmas <= 0 or diffs.size < NOISE_MIN_DIFFS or spread <= 0:
+        return max(slope, 0.0)
+    # A difference of two windows carries the noise of both: sqrt(2) x one window's.
+    noise = MAD_TO_SD * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0)
+    return max(slope - sigmas * noise / spread, 0.0)
 
 
 def linear_trend(series: Series, horizon_s: float) -> float | None:
