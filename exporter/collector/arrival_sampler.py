@@ -1,4 +1,5 @@
-"""Sidecar mode: sample the pod's own vLLM once a second and read the arrival CV. percentiles.md §2.
+"""Sidecar mode: sample the pod's own vLLM once a second and read the arrival CV and the prompt
+tokens of each second. percentiles.md §2.
 
 vLLM has no arrival counter; the TTFT histogram's `_count` ticks once per request, about one
 TTFT after its arrival. Counted over 1 s bins, the index of dispersion I = Var / Mean of the
@@ -6,6 +7,13 @@ per-bin counts of a renewal process tends to the squared CV of its inter-arrival
 sqrt(I) over a 30 s window estimates the arrival CV (simulated: 0.82-1.18 for Poisson, 1.45-2.22
 for gamma CV 2; the traffic tracker smooths it over 10 windows). Prometheus scrapes every
 15-30 s cannot see this, so only a sidecar (a scrape source on loopback) samples it.
+
+The same read takes the prompt-token counter (`vllm:prompt_tokens_total`): its increments per
+second are the prompt tokens the pod took in that second, the stream a burst is measured on
+(exporter.sizing.bursts: the tokens per 5 s, not the requests, are what a TTFT queues behind).
+vLLM counts a prompt's tokens as it prefills them, so a burst the pod cannot prefill at once
+reads spread over the seconds it took (never above the pod's prefill rate), the only per-second
+count of prompt tokens vLLM exports.
 
 The sampler runs on its own thread, one fetch per period with its own deadline (shorter than
 the period), and never touches a cycle: the daemon asks it for a window's reading. A window with
@@ -63,6 +71,7 @@ class CounterSample:
     time_s: float
     count: float | None
     process_start_s: float | None = None
+    prompt_tokens: float | None = None  # the prompt-token counter (None: not exported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,25 @@ def index_of_dispersion(counts: np.ndarray) -> float | None:
     if counts.size < 2 or counts.mean() <= 0:
         return None
     return float(counts.var(ddof=1) / counts.mean())
+
+
+def prompt_tokens_per_period(
+    samples: list[CounterSample], start_s: float, end_s: float, period_s: float
+) -> np.ndarray | None:
+    """The prompt tokens taken in between consecutive samples over (start_s, end_s] (samples
+    sorted by time); None when the window has a gap, a failed read, no prompt-token counter,
+    a counter that fell or a restart (a problem `read_window` names)."""
+    inside = [s for s in samples if start_s <= s.time_s <= end_s]
+    times = [start_s] + [s.time_s for s in inside] + [end_s]
+    if len(inside) < 2 or max(np.diff(times)) > MAX_GAP_PERIODS * period_s:
+        return None
+    if any(s.prompt_tokens is None for s in inside):
+        return None
+    starts = {s.process_start_s for s in inside if s.process_start_s is not None}
+    if starts and max(starts) - min(starts) > PROCESS_START_TOLERANCE_S:
+        return None
+    increments = np.diff(np.array([s.prompt_tokens for s in inside], dtype=np.float64))
+    return None if np.any(increments < 0) else increments
 
 
 def read_window(
@@ -170,7 +198,8 @@ class ArrivalSampler:
         totals = pod.histograms.get(_COUNTER) if pod.ok else None
         if totals is None:
             return f"no {_COUNTER.value} count for the model ({pod.status})"
-        return CounterSample(time_s, totals.count, pod.process_start_s)
+        prompt = pod.counters.get(CounterName.PROMPT_TOKENS)
+        return CounterSample(time_s, totals.count, pod.process_start_s, prompt)
 
     def fell(self, start_s: float, end_s: float) -> bool:
         """True when the counter fell within (start_s, end_s] (s) while the process start time
@@ -191,6 +220,13 @@ class ArrivalSampler:
         with self._lock:
             samples = list(self._samples)
         return read_window(samples, start_s, end_s, self.period_s)
+
+    def prompt_tokens(self, start_s: float, end_s: float) -> np.ndarray | None:
+        """The prompt tokens taken in each period of the window (start_s, end_s] (s, the
+        clock's time()); None without a clean series (`prompt_tokens_per_period`)."""
+        with self._lock:
+            samples = list(self._samples)
+        return prompt_tokens_per_period(samples, start_s, end_s, self.period_s)
 
     def start(self) -> None:
         """Run `sample_once` every period on a daemon thread until `stop`."""
@@ -218,14 +254,15 @@ class ArrivalSampler:
             self._stop.wait(next_s - now_s)
 
 
-# The lines the sampler needs: its counter's histogram, the required request counter and the
-# process start time. Parsing only these takes 0.8 ms instead of the whole exposition's 36 ms
-# (629 lines of vLLM 0.32, measured under load), once a second; and the sampler's thread, which
-# lives as long as the daemon, never holds a whole body (a 32 MiB one grew its malloc arena by
-# about 30 MB for good).
+# The lines the sampler needs: its counter's histogram, the required request counter, the
+# prompt-token counter and the process start time. Parsing only these (before the prompt-token
+# counter) took 0.8 ms instead of the whole exposition's 36 ms (629 lines of vLLM 0.32,
+# measured under load), once a second; and the sampler's thread, which lives as long as the
+# daemon, never holds a whole body (a 32 MiB one grew its malloc arena by about 30 MB for good).
 _FAMILIES = (
     *HISTOGRAM_SOURCES[_COUNTER],
     *(name.removesuffix("_total") for name in COUNTER_SOURCES[CounterName.REQUEST_SUCCESS]),
+    *(name.removesuffix("_total") for name in COUNTER_SOURCES[CounterName.PROMPT_TOKENS]),
     PROCESS_START_METRIC,
 )
 _PREFIXES = tuple(

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from exporter.base.clock import Clock
@@ -218,7 +219,8 @@ class Daemon:
                 dep.name, dep.source.kind, FailureReason.MODEL_NOT_FOUND
             ).inc()
         estimate = cycle.observe(
-            obs, now_s, dispersion=self._dispersion(runtime, obs), demand=demand
+            obs, now_s, dispersion=self._dispersion(runtime, obs), demand=demand,
+            prompt_tokens=self._prompt_tokens(runtime, obs),
         )
         for message in estimate.warnings:
             logger.warning("%s", message)
@@ -265,6 +267,18 @@ class Daemon:
         if reading.index is None:
             return None
         return reading.index, reading.requests
+
+    def _prompt_tokens(
+        self, runtime: DeploymentRuntime, obs: DeploymentObservation
+    ) -> tuple[np.ndarray, float] | None:
+        """The sampler's prompt tokens per second over the observation's window (the bursts'
+        reading, exporter.sizing.bursts), if the deployment has a sampler and the window a
+        clean series (a gap is counted by `_dispersion`)."""
+        sampler = self._samplers.get(runtime.config.name)
+        if sampler is None or not obs.observed_pods:
+            return None
+        tokens = sampler.prompt_tokens(obs.end_time_s - obs.window_s, obs.end_time_s)
+        return None if tokens is None else (tokens, sampler.period_s)
 
     def _log(self, runtime: DeploymentRuntime, d: Decision) -> None:
         obs, params, dep = runtime.observation, runtime.cycle.params, runtime.config
@@ -380,6 +394,7 @@ def deployment_status(
         observed_attainment=cycle.slo_window.attainment(dep.slo.percentiles),
         slo_window_requests=cycle.slo_window.requests(),
         headroom=cycle.headroom.state,
+        prompt_burst_factor=None if cycle.burst is None else cycle.burst.factor,
         **_forecast_status(cycle),
     )
 

@@ -70,6 +70,7 @@ class DeploymentStatus:
     observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
     slo_window_requests: float | None = None  # requests with a first token in slo_window_s
     headroom: Headroom | None = None  # the capacity factor from observed misses
+    prompt_burst_factor: float | None = None  # exporter.sizing.bursts; None: no reading
     forecaster: ForecasterName | None = None  # the look-ahead's; None before a rate was read
     forecast_horizon_s: float | None = None
     forecast_error_ratio: float | None = None  # its recent backtest error; None: too few
@@ -238,6 +239,13 @@ GAUGES: tuple[GaugeSpec, ...] = (
         "Capacity factor learnt from observed SLO misses the model did not predict (1: none): "
         "the rate is sized for x this, as of the last cycle.",
         lambda s: None if s.headroom is None else s.headroom.factor,
+    ),
+    GaugeSpec(
+        "prompt_burst_factor",
+        "Prompt tokens per 5 s at their 95th percentile over the last 5 minutes, over a Poisson "
+        "stream's of the same rate and prompt lengths (1: within its noise); sidecar mode only, "
+        "measured, not sized with.",
+        lambda s: s.prompt_burst_factor,
     ),
     GaugeSpec(
         "calibration_confidence",

@@ -29,7 +29,7 @@ from exporter.collector.vllm_metrics import (
     parse_exposition,
     wanted_sample_names,
 )
-from exporter.replay.perfect import WindowView, observe_window
+from exporter.replay.perfect import WindowView, observe_window, prompt_tokens_per_period
 from exporter.replay.pod_values import pod_values
 from exporter.testbed.emulator import DEFAULT_MAX_MODEL_LEN
 from exporter.testbed.emulator_metrics import ReplicaMetrics
@@ -162,7 +162,12 @@ class ExpositionObserver:
         obs = self._tracker.observe(SourceRead(time_s=end_s, samples=tuple(pods)))
         kv = [p.gauges[GaugeName.KV_USAGE] for p in pods if GaugeName.KV_USAGE in p.gauges]
         waiting = sum(p.gauges.get(GaugeName.WAITING, 0.0) for p in pods)
+        size = requests.size
         return WindowView(
+            prompt_tokens=prompt_tokens_per_period(
+                requests.arrival_s[:size], requests.input_tokens[:size], start_s, end_s,
+                len(samples),
+            ),
             observation=obs,
             kv_usage_ratio=float(np.mean(kv)) if kv else 0.0,
             max_kv_usage_ratio=max(kv) if kv else 0.0,

@@ -52,6 +52,22 @@ from model.simulation.simulator import ReplicaStatus, SimResult
 KV_CAPACITY_TOKENS = 449_200  # Llama-3.1-8B on one H100 (paper §IX), as the emulator uses
 
 
+def prompt_tokens_per_period(
+    arrival_s: np.ndarray, input_tokens: np.ndarray, start_s: float, end_s: float, periods: int
+) -> tuple[np.ndarray, float] | None:
+    """The prompt tokens of the requests that arrived in each of `periods` equal periods of
+    [start_s, end_s), and the period (s): what the sidecar's per-second sampler reads from a
+    pod, counted as they arrive (vLLM's counter counts them as they are prefilled: a burst a
+    pod cannot prefill at once reads spread over the seconds it took)."""
+    if periods < 1 or end_s <= start_s:
+        return None
+    period_s = (end_s - start_s) / periods
+    inside = (arrival_s >= start_s) & (arrival_s < end_s)
+    index = np.minimum(((arrival_s[inside] - start_s) / period_s).astype(np.int64), periods - 1)
+    weights = input_tokens[inside].astype(np.float64)
+    return np.bincount(index, weights=weights, minlength=periods), period_s
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowView:
     """One window as every arm sees it: our observation, the analyzer's gauges (end of the
@@ -64,6 +80,9 @@ class WindowView:
     generated_tokens_rps: float
     peak_waiting: int  # the most requests waiting fleet-wide in any sample
     replica_starting: bool  # some replica was still loading during the window
+    # The prompt tokens the pods took in each sample period and the period (s): the sidecar
+    # sampler's per-second reading (exporter.sizing.bursts). None: not read.
+    prompt_tokens: tuple[np.ndarray, float] | None = None
 
     def fleet_state(self, current_replicas: int, kv_capacity_tokens: float) -> FleetState:
         """The throughput analyzer's input; current_replicas is the count last asked for."""
@@ -212,6 +231,9 @@ def observe_window(
         s.state is ReplicaState.STARTING for sample in (start_status, *samples) for s in sample
     )
     return WindowView(
+        prompt_tokens=prompt_tokens_per_period(
+            result.arrival_s, result.input_tokens, start_s, end_s, len(samples)
+        ),
         observation=observation,
         kv_usage_ratio=float(np.mean(kv)) if kv else 0.0,
         max_kv_usage_ratio=max(kv) if kv else 0.0,

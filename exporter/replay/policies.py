@@ -73,7 +73,9 @@ class OursPolicy:
         self._infeasible = InfeasibleTargets(logger)  # warned as the daemon warns
 
     def decide(self, view: WindowView, now_s: float, provisioned: int) -> Proposal:
-        estimate = self.sizer.observe(self._deployment, view.observation, now_s)
+        estimate = self.sizer.observe(
+            self._deployment, view.observation, now_s, prompt_tokens=view.prompt_tokens
+        )
         decision = self.sizer.decide({self._deployment: estimate})[self._deployment]
         for message in estimate.warnings:
             logger.warning("%s", message)

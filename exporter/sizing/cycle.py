@@ -18,10 +18,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from exporter.collector.observations import DeploymentObservation, ObservationStatus
 from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig, ForecastMode
 from exporter.sizing.attainment import SloWindow
+from exporter.sizing.bursts import BurstReading, BurstTracker
 from exporter.sizing.evidence import PastMiss, identifies_growth, past_misses
 from exporter.sizing.forecast_choice import ForecastStrategy, Outlook
 from exporter.sizing.handover import Handover, handover
@@ -71,6 +74,7 @@ class Estimate:
     trusted: bool = True
     slope_known: bool = False  # DeploymentCycle.slope_known
     headroom: float = 1.0  # the factor the rate is sized for times
+    burst: BurstReading | None = None  # the measured bursts (None: no per-second readings)
     trend: Sequence[tuple[float, float]] = ()  # (time s, rate req/s) of recent windows
     outlook: Outlook | None = None  # the forecaster's (None: the window's rate was not read)
     problems: tuple[Problem, ...] = ()
@@ -125,6 +129,10 @@ class DeploymentCycle:
         # (tuner point, pods that served it)
         self.evidence: deque[tuple[Observation, int]] = deque(maxlen=EVIDENCE_WINDOWS)
         self.headroom = HeadroomController(config.slo)  # the capacity factor from misses
+        # Prompt tokens per 5 s, where per-second readings exist: measured and exported, not
+        # sized with (exporter.sizing.bursts says why).
+        self.bursts = BurstTracker()
+        self.burst: BurstReading | None = None  # the last reading
         self.forecaster = forecaster or ForecastStrategy(config.forecaster, config.look_ahead_s)
         self.growth_seen = False  # see slope_known
 
@@ -152,11 +160,14 @@ class DeploymentCycle:
         *,
         dispersion: tuple[float, float] | None = None,
         demand: float | None = None,
+        prompt_tokens: tuple[np.ndarray, float] | None = None,
     ) -> Estimate:
         """Take one window in (None: the cycle read nothing) at time `now_s` (s): its request
         shape and rate, its traffic measurements (with the arrival sampler's (index of
         dispersion, requests) over it, if any), a tuner point when it is one; `demand` is the
-        scale_from_zero query's value (None: not read)."""
+        scale_from_zero query's value (None: not read); `prompt_tokens` the prompt tokens of
+        each period of the window and the period (s), where per-second readings exist
+        (exporter.sizing.bursts)."""
         if obs is None:
             return Estimate(
                 deployment=self.config.name, now_s=now_s, observation=None,
@@ -182,6 +193,10 @@ class DeploymentCycle:
         self._tune(obs, problems, warnings)
         estimate, handover = self.tuner.estimate(), self.handover()
         misses = past_misses(estimate.window, self.evidence, dep.slo)
+        if prompt_tokens is not None:
+            self.bursts.add(*prompt_tokens)
+        mean_prompt = None if self.workload is None else self.workload.avg_input_tokens
+        burst = self.burst = self.bursts.reading(mean_prompt, shape.input_length_cv)
         headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
         trusted = is_trusted(estimate.confidence)
         pods = max(obs.observed_pods, 1)
@@ -192,7 +207,7 @@ class DeploymentCycle:
             inputs=self.inputs, demand=demand,
             shortfalls=self.slo_window.shortfalls(dep.slo.percentiles), handover=handover,
             evidence=estimate.window, misses=misses, trusted=trusted,
-            slope_known=self.slope_known, headroom=headroom.factor,
+            slope_known=self.slope_known, headroom=headroom.factor, burst=burst,
             trend=trend, outlook=outlook, problems=tuple(problems), warnings=tuple(warnings),
         )  # fmt: skip
 
@@ -279,9 +294,12 @@ class Sizer:
         *,
         dispersion: tuple[float, float] | None = None,
         demand: float | None = None,
+        prompt_tokens: tuple[np.ndarray, float] | None = None,
     ) -> Estimate:
         """One deployment's window (DeploymentCycle.observe)."""
-        return self.cycles[deployment].observe(obs, now_s, dispersion=dispersion, demand=demand)
+        return self.cycles[deployment].observe(
+            obs, now_s, dispersion=dispersion, demand=demand, prompt_tokens=prompt_tokens
+        )
 
     def decide(
         self,
