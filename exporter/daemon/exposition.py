@@ -242,9 +242,7 @@ GAUGES: tuple[GaugeSpec, ...] = (
     ),
     GaugeSpec(
         "prompt_burst_factor",
-        "Prompt tokens per 5 s at their 95th percentile over the last 5 minutes, over a Poisson "
-        "stream's of the same rate and prompt lengths (1: within its noise); sidecar mode only, "
-        "measured, not sized with.",
+        "Prompt tokens per 5 s at p95 over a Poisson stream's (1: within noise).",
         lambda s: s.prompt_burst_factor,
     ),
     GaugeSpec(
@@ -361,9 +359,8 @@ LABELLED_GAUGES: tuple[LabelledGaugeSpec, ...] = (
     ),
     LabelledGaugeSpec(
         "request_length_cv",
-        "Coefficient of variation of request lengths from vLLM's token histograms, "
-        "smoothed over the last 10 windows (the output's raised to what the KV cache held by "
-        "running requests implies where that is higher), as of the last cycle.",
+        "CV of request lengths from vLLM's token histograms, last 10 windows (output: at "
+        "least the KV cache's).",
         "kind",
         lambda s: ((kind.value, s.traffic.length_cv(kind)) for kind in LengthCvKind),
     ),
