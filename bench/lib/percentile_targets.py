@@ -1,8 +1,8 @@
-"""Per percentile target of the closed loop: the share of judged windows (outside loading) in
-which the trailing percentile missed it, the share in which our decision said the model cannot
-meet it at replicas.max (exporter/sizing/feasibility.py), and the share the simulator with the
-true parameters at replicas.max misses: a claim of infeasibility holds only when that share is
-above MAX_MISSED_SHARE."""
+"""Per percentile target of a closed loop: the share of judged windows (a replay's, or those
+outside loading) in which the trailing percentile missed it, the share in which our decision
+said the model cannot meet it at replicas.max (exporter/sizing/feasibility.py), and the share
+the simulator with the true parameters at replicas.max misses: a claim of infeasibility holds
+only when that share is above MAX_MISSED_SHARE."""
 
 from __future__ import annotations
 
@@ -23,6 +23,38 @@ def _missed(found: list[float | None], run: Run, target_ms: float) -> list[bool 
     ]
 
 
+def series_missed(series: dict[str, list[Any]], key: str, target_ms: float) -> list[bool | None]:
+    """Per window of a replay scorecard's series (exporter/replay/scoring.py): missed, met, or
+    None when not judged (before the first judged window, or no observation)."""
+    return [
+        None if not judged or v is None else v > target_ms
+        for judged, v in zip(series["judged"], series[key], strict=True)
+    ]
+
+
+def target_row(
+    seed: int,
+    name: str,
+    mine: list[bool | None],
+    said: list[bool],
+    fixed: list[bool | None],
+) -> dict[str, Any]:
+    """One target's row for one seed: `mine` and `fixed` per window missed / met / not judged
+    (ours, the simulator at replicas.max), `said` per window our decision's infeasible claim."""
+    judged = [m for m in mine if m is not None]
+    n = max(len(judged), 1)
+    unexplained = sum(1 for m, s in zip(mine, said, strict=True) if m and not s)
+    fixed_judged = [m for m in fixed if m is not None]
+    return {
+        "seed": seed, "target": name, "judged_windows": len(judged),
+        "missed_pct": 100.0 * sum(judged) / n,
+        "missed_not_said_infeasible_pct": 100.0 * unexplained / n,
+        "said_infeasible_pct": 100.0 * sum(s for m, s in zip(mine, said, strict=True)
+                                           if m is not None) / n,
+        "at_max_missed_pct": 100.0 * sum(fixed_judged) / max(len(fixed_judged), 1),
+    }  # fmt: skip
+
+
 def target_rows(
     ours: Run,
     at_max: Run,
@@ -38,18 +70,7 @@ def target_rows(
         mine = _missed([w[k] for w in trailing[0]], ours, target_ms)
         fixed = _missed([w[k] for w in trailing[1]], at_max, target_ms)
         said = [name in found for found in ours.infeasible] or [False] * len(mine)
-        judged = [m for m in mine if m is not None]
-        n = max(len(judged), 1)
-        unexplained = sum(1 for m, s in zip(mine, said, strict=True) if m and not s)
-        fixed_judged = [m for m in fixed if m is not None]
-        rows.append({
-            "seed": seed, "target": name, "judged_windows": len(judged),
-            "missed_pct": 100.0 * sum(judged) / n,
-            "missed_not_said_infeasible_pct": 100.0 * unexplained / n,
-            "said_infeasible_pct": 100.0 * sum(s for m, s in zip(mine, said, strict=True)
-                                               if m is not None) / n,
-            "at_max_missed_pct": 100.0 * sum(fixed_judged) / max(len(fixed_judged), 1),
-        })  # fmt: skip
+        rows.append(target_row(seed, name, mine, said, fixed))
     return rows
 
 
@@ -84,7 +105,7 @@ def print_target_table(
     """The per-target table of `target_table`."""
     if not table:
         return
-    print(f"\nper target, judged windows (outside loading), mean of {seeds} seeds; simulator "
+    print(f"\nper target, share of judged windows, mean of {seeds} seeds; simulator "
           f"at replicas.max = {max_replicas} with the true parameters")  # fmt: skip
     print(f"{'target':>20} {'missed':>8} {'said infeasible':>16} {'at max missed':>14}  verdict")
     for name, row in table.items():

@@ -92,6 +92,23 @@ def attainment_bracket(hist: WindowHistogram, target_ms: float) -> tuple[float, 
     return lower, upper
 
 
+def interpolated_share(hist: WindowHistogram, target_ms: float) -> float | None:
+    """The share of observations within target_ms as Prometheus' histogram_quantile reads a
+    histogram: linear between the bracket's two ends, by where the target lies in its bucket
+    (the bracket's upper end above the highest bound). None without observations."""
+    bracket = attainment_bracket(hist, target_ms)
+    if bracket is None or bracket[0] == bracket[1]:
+        return None if bracket is None else bracket[0]
+    lower, upper = bracket
+    target_s = target_ms * S_PER_MS
+    k = int(np.searchsorted(hist.bounds, target_s, side="left"))
+    if k >= hist.bounds.size:
+        return upper
+    below = float(hist.bounds[k - 1]) if k > 0 else 0.0
+    at = (target_s - below) / (float(hist.bounds[k]) - below)
+    return lower + at * (upper - lower)
+
+
 def added_up(windows: Sequence[WindowHistogram]) -> WindowHistogram | None:
     """The windows' histograms (oldest first) added up; those whose bounds differ from the
     newest are left out. None without any."""

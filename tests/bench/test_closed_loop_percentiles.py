@@ -94,3 +94,31 @@ def test_target_rows_tell_met_missed_and_infeasible_claims_checked_at_max() -> N
     assert target_table(target_rows(ours, at_max, names, targets, (calm, calm), 1))["a"][
         "verdict"
     ] == "met"
+
+
+def test_series_missed_judges_only_the_replays_judged_windows_with_a_value() -> None:
+    from bench.lib.percentile_targets import series_missed
+
+    series = {"judged": [False, True, True, True], "itl_per_token_p99": [90.0, None, 30.0, 45.0]}
+    assert series_missed(series, "itl_per_token_p99", 40.0) == [None, None, False, True]
+
+
+def test_the_percentile_bench_replays_through_the_exposition_and_its_histograms() -> None:
+    """Ours reads vLLM's latency histograms through the emulated exposition (the SLO window
+    holds the per-token gaps), the fixed arm holds replicas.max, every arm is judged from the
+    same window on."""
+    from bench.percentile_targets import replay_seed
+    from exporter.collector.vllm_metrics import HistogramName
+    from exporter.replay.exposition import ExpositionObserver
+
+    found = replay_seed(PERCENTILE_SCENARIOS[0], 7, 300.0, keep_arms=True)
+    cards = found["cards"]
+    assert set(cards) == {"ours", "fixed", "throughput"}
+    assert all(isinstance(arm.observer, ExpositionObserver) for arm in found["arms"])
+    ours = found["arms"][0].policy
+    gaps = ours.cycle.slo_window.total(HistogramName.ITL_S)
+    assert gaps is not None and gaps.count > 1000
+    assert cards["fixed"].series["provisioned"][-1] == 10
+    for card in cards.values():
+        assert card.series["judged"] == [end > 120.0 for end in card.series["end_s"]]
+    assert len(found["infeasible"]) == len(cards["ours"].series["end_s"]) == 10

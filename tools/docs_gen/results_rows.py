@@ -95,6 +95,21 @@ ROWS = (
         "closed-loop.md",
     ),
     Row(
+        "percentile closed loop per target, through vLLM's histograms on the replay engine",
+        "judged windows missed, TTFT p95 100 ms {a} %, per-token ITL p99 40 ms {b} % (the "
+        "simulator at replicas.max {c} / {d} %); ours {r} mean replicas",
+        {
+            "a": Figure("percentile_targets.json", "targets/ttft_p95/missed_pct", "f1"),
+            "b": Figure("percentile_targets.json", "targets/itl_per_token_p99/missed_pct", "f1"),
+            "c": Figure("percentile_targets.json", "targets/ttft_p95/at_max_missed_pct", "f1"),
+            "d": Figure(
+                "percentile_targets.json", "targets/itl_per_token_p99/at_max_missed_pct", "f1"
+            ),
+            "r": Figure("percentile_targets.json", "arms/ours/mean_replicas", "f2"),
+        },
+        "percentile-targets.md",
+    ),
+    Row(
         "percentiles vs request-level simulation (Poisson arrivals)",
         "median error of TTFT p50-p99 {lo}-{hi} %, per-token ITL {ilo}-{ihi} %",
         {

@@ -12,7 +12,12 @@ from exporter.base.clock import ManualClock
 from exporter.collector.observations import WindowTracker
 from exporter.collector.sources import ScrapeSource
 from exporter.collector.vllm_metrics import HistogramName
-from exporter.sizing.attainment import Bound, SloWindow, attainment_bracket
+from exporter.sizing.attainment import (
+    Bound,
+    SloWindow,
+    attainment_bracket,
+    interpolated_share,
+)
 from exporter.sizing.slo_targets import PredictedPercentile
 from exporter.testbed.emulator import EmulatedFleet
 from model import LatencyMetric, PercentileTarget, ServerConfig, ServiceParams
@@ -43,6 +48,22 @@ def test_exact_at_a_bound_and_a_bracket_between(
     target_ms: float, expected: tuple[float, float]
 ) -> None:
     assert attainment_bracket(HIST, target_ms) == expected
+
+
+@pytest.mark.parametrize(
+    ("target_ms", "expected"),
+    [
+        (60.0, 0.75),  # a bound: exact
+        (50.0, 0.5),  # halfway through (40, 60]: halfway between 0.25 and 0.75
+        (55.0, 0.625),
+        (20.0, 0.125),  # (0, 40]: from 0 at 0 ms
+        (150.0, 1.0),  # above the highest finite bound: the bracket's upper end
+    ],
+)
+def test_inside_a_bucket_the_share_is_read_as_histogram_quantile_reads_it(
+    target_ms: float, expected: float
+) -> None:
+    assert interpolated_share(HIST, target_ms) == pytest.approx(expected)
 
 
 def test_no_observations_no_attainment() -> None:
