@@ -20,6 +20,7 @@ from exporter.config.values import DemandKind, DeploymentConfig
 from exporter.sizing.evidence import PastMiss, bounded, envelope, holds_load, miss_floor
 from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
+from exporter.sizing.forecast_choice import held_for_rise
 from exporter.sizing.handover import Handover
 from exporter.sizing.reasons import REASON_MESSAGES, Reason
 from exporter.sizing.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
@@ -282,8 +283,10 @@ class Recommender:
             and self._headroom <= 1.0
             and holds_load(obs, checked.replicas, dep.slo, max_batch, inputs.options.arrival_cv)
         ):
-            # ... nor steps up past a fleet serving its load with margin (evidence.holds_load).
-            checked = replace(checked, replicas=current, bound=True)
+            # ... nor steps up past a fleet serving its load with margin (evidence.holds_load),
+            # but for the rise the look-ahead expects (forecast_choice.held_for_rise).
+            held = held_for_rise(current, rate, self.projected_rate(rate))
+            checked = replace(checked, replicas=min(checked.replicas or held, held), bound=True)
         extra = {
             "sizing_rate_rps": sizing_rate,
             # The gauges keep the envelope's capacity: cut to the claim, they moved with the load

@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 from exporter.sizing.cycle import DeploymentCycle
+from exporter.sizing.forecast_choice import held_for_rise
 from exporter.sizing.handover import Handover, HandoverBasis, handover
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import Recommender
@@ -95,6 +96,30 @@ def test_a_fleet_serving_its_load_with_margin_is_not_stepped_up_on_the_prior() -
     decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR)
     assert decision.desired_replicas == 1 and decision.reason is Reason.HANDOVER
     assert decision.model_replicas == 3  # the prior's own count, said beside it
+
+
+def test_the_hold_still_steps_up_for_the_rise_the_look_ahead_expects() -> None:
+    # The same fleet serving its load with margin, and a forecast that the rate doubles within
+    # the look-ahead: today's count vouches for today's load only, so the fleet grows with the
+    # rate at today's load per replica (2), not to the prior's count (6) nor held at 1 (issue
+    # 46: on the diurnal day the hold kept a forecast's third replica back for 2 minutes).
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+    decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR, projected_rps=5 * CAPACITY)
+    assert decision.desired_replicas == 2 and decision.reason is Reason.HANDOVER
+    assert decision.model_replicas == 5
+    # No rise forecast: held where it is.
+    flat = Recommender(deployment(scale_down_stabilization_s=0.0))
+    held = flat.decide(0.0, served, None, SHAPE, handover=PRIOR, projected_rps=2.5 * CAPACITY)
+    assert held.desired_replicas == 1
+
+
+def test_held_for_rise_scales_todays_fleet_by_the_rise() -> None:
+    assert held_for_rise(2, 18.6, 24.7) == 3  # the diurnal day's 1770 s
+    assert held_for_rise(2, 20.0, 20.0) == 2 and held_for_rise(2, 20.0, 15.0) == 2
+    assert held_for_rise(3, 10.0, 20.0) == 6
+    assert held_for_rise(2, 0.0, 5.0) == 2  # no rate: nothing to scale
+    assert held_for_rise(0, 5.0, 10.0) == 0
 
 
 def test_without_margin_the_prior_still_steps_up() -> None:
