@@ -20,6 +20,7 @@ import numpy as np
 from exporter.config.values import ForecastMode
 from exporter.sizing.demand_history import DAY_S, DemandHistory
 from exporter.sizing.forecasters import POINT_FORECASTERS, ForecasterName, point_forecasts
+from exporter.sizing.startup import StartupClock
 
 # Scored predictions kept per forecaster: the last hour of 30-s cycles.
 ERROR_WINDOWS = 120
@@ -68,7 +69,8 @@ class ForecastStrategy:
         if not (math.isfinite(horizon_s) and horizon_s >= 0):
             raise ValueError(f"`horizon_s` must be a number >= 0, got {horizon_s}")
         self.mode = mode
-        self.horizon_s = horizon_s
+        self.configured_horizon_s = horizon_s
+        self.startup = StartupClock()  # the pods' own startup delay (exporter.sizing.startup)
         self.history = DemandHistory(season_s, bucket_s)
         self.chosen = (
             ForecasterName.LAST_VALUE if mode is ForecastMode.AUTO else ForecasterName(mode.value)
@@ -85,6 +87,15 @@ class ForecastStrategy:
             tuple(POINT_FORECASTERS) if mode is ForecastMode.AUTO
             else (ForecasterName.LAST_VALUE, self.chosen)
         )  # fmt: skip
+
+    @property
+    def horizon_s(self) -> float:
+        """How far ahead (s): the startup delay the deployment's own pods showed, else the
+        configured one; 0 (no look-ahead) stays 0."""
+        measured = self.startup.measured_s
+        if self.configured_horizon_s <= 0 or measured is None:
+            return self.configured_horizon_s
+        return measured
 
     def observe(self, now_s: float, rate_rps: float) -> Outlook:
         """A window's rate read at `now_s` (s): score the predictions now due, predict the
@@ -165,9 +176,11 @@ class ForecastStrategy:
         return current
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: the history (the backtest restarts, on the restored history)."""
-        return {"history": self.history.to_dict()}
+        """JSON-safe: the history and the startup delays measured (the backtest restarts, on
+        the restored history)."""
+        return {"history": self.history.to_dict(), "startup": self.startup.to_dict()}
 
     def restore(self, data: Any, now_s: float) -> None:
         if isinstance(data, dict):
             self.history.restore(data.get("history"), now_s)
+            self.startup.restore(data.get("startup"))

@@ -123,6 +123,7 @@ class Recommender:
         self.window = ScaleDownWindow(deployment.scale_down_stabilization_s)
         self._trend: Sequence[tuple[float, float]] = ()  # the look-ahead's, this cycle's
         self._projected: float | None = None  # a forecaster's rate, this cycle's
+        self._look_ahead = deployment.look_ahead_s  # the horizon, this cycle's
         zero = deployment.scale_from_zero
         self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
@@ -151,6 +152,7 @@ class Recommender:
         trend: Sequence[tuple[float, float]] = (),
         projected_rps: float | None = None,
         slope_known: bool = True,
+        look_ahead_s: float | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -162,10 +164,12 @@ class Recommender:
         its parameters; the rate is sized for x `headroom` (exporter.sizing.headroom); `trend`
         is (time s, arrival rate req/s) of the recent windows whose rate was read, oldest
         first, ending with this one's (look_ahead_s extends its last TREND_WINDOWS; a
-        forecaster's `projected_rps` replaces it); what is published claims no more than the
+        forecaster's `projected_rps` replaces it; `look_ahead_s`, the startup delay measured,
+        replaces the configured one); what is published claims no more than the
         windows identified unless how latency grows with load is `slope_known`
         (`Envelope.claim`, `DeploymentCycle.slope_known`)."""
         self._trend, self._projected = trend[-TREND_WINDOWS:], projected_rps
+        self._look_ahead = self._dep.look_ahead_s if look_ahead_s is None else look_ahead_s
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
         self._misses, self._slope_known = misses, slope_known
@@ -344,7 +348,7 @@ class Recommender:
         trend extended that far ahead when it rises, so capacity is ordered before it is needed."""
         if self._projected is not None:  # never below the window's rate
             return max(rate, self._projected)
-        horizon = self._dep.look_ahead_s
+        horizon = self._look_ahead
         if horizon <= 0 or len(self._trend) < 3:
             return rate
         t = np.array([p[0] for p in self._trend])
