@@ -288,8 +288,8 @@ class Recommender:
             and holds_load(obs, checked.replicas, dep.slo, max_batch, inputs.options.arrival_cv)
         ):
             # ... nor steps up past a fleet serving its load with margin (evidence.holds_load),
-            # but for the rise the look-ahead expects (forecast_choice.held_for_rise).
-            held = held_for_rise(current, rate, self.projected_rate(rate))
+            # but for the rise a forecaster expects (forecast_choice.held_for_rise).
+            held = held_for_rise(current, rate, self._projected or rate)
             checked = replace(checked, replicas=min(checked.replicas or held, held), bound=True)
         extra = {
             "sizing_rate_rps": sizing_rate,

@@ -114,6 +114,16 @@ def test_the_hold_still_steps_up_for_the_rise_the_look_ahead_expects() -> None:
     assert held.desired_replicas == 1
 
 
+def test_the_recommenders_own_trend_stays_held() -> None:
+    # The default look-ahead (a slope over four windows, no forecaster's rate): held at 1.
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0, look_ahead_s=300.0))
+    rising = [(t, 2.5 * CAPACITY * (1 + t / 300.0)) for t in (-90.0, -60.0, -30.0, 0.0)]
+    decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR, trend=rising)
+    assert rec.projected_rate(2.5 * CAPACITY) > 4 * CAPACITY  # it does look ahead
+    assert decision.desired_replicas == 1
+
+
 def test_held_for_rise_scales_todays_fleet_by_the_rise() -> None:
     assert held_for_rise(2, 18.6, 24.7) == 3  # the diurnal day's 1770 s
     assert held_for_rise(2, 20.0, 20.0) == 2 and held_for_rise(2, 20.0, 15.0) == 2
