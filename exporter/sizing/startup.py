@@ -23,10 +23,10 @@ MAX_STARTUP_S = 3600.0
 
 
 class StartupClock:
-    """The pending ask (cycle time s, count) and the delays measured."""
+    """The pending asks (cycle time s, count; counts rising) and the delays measured."""
 
     def __init__(self) -> None:
-        self._ask: tuple[float, int] | None = None
+        self._asks: list[tuple[float, int]] = []
         self.samples: deque[float] = deque(maxlen=STARTUP_SAMPLES)
 
     @property
@@ -35,27 +35,26 @@ class StartupClock:
         return float(np.median(np.fromiter(self.samples, float))) if self.samples else None
 
     def ready(self, now_s: float, ready_pods: int) -> None:
-        """A window read at `now_s` (s) with `ready_pods` ready: a pending ask they reach is
-        measured; one older than MAX_STARTUP_S is dropped."""
-        if self._ask is None:
-            return
-        asked_s, count = self._ask
-        if ready_pods >= count:
+        """A window read at `now_s` (s) with `ready_pods` ready: each pending ask they reach
+        is measured; one older than MAX_STARTUP_S is dropped."""
+        while self._asks and ready_pods >= self._asks[0][1]:
+            asked_s, _ = self._asks.pop(0)
             self.samples.append(max(now_s - asked_s, 0.0))
-            self._ask = None
-        elif now_s - asked_s > MAX_STARTUP_S:
-            self._ask = None
+        self._asks = [(t, n) for t, n in self._asks if now_s - t <= MAX_STARTUP_S]
 
     def asked(self, now_s: float, ready_pods: int, desired: int | None) -> None:
-        """The count recommended at `now_s` with `ready_pods` ready: more than ready starts a
-        clock (an earlier one keeps running for its own count); no more than ready withdraws
-        it."""
+        """The count recommended at `now_s` with `ready_pods` ready: a count above the ready
+        pods and every count pending starts a clock of its own (the pods of a smaller ask are
+        already on their way: timed from now, they would read short); no more than ready
+        withdraws them all, a smaller count the asks above it."""
         if desired is None:
             return
         if desired <= ready_pods:
-            self._ask = None
-        elif self._ask is None:
-            self._ask = (now_s, desired)
+            self._asks = []
+            return
+        self._asks = [(t, n) for t, n in self._asks if n <= desired]
+        if not self._asks or desired > self._asks[-1][1]:
+            self._asks.append((now_s, desired))
 
     def to_dict(self) -> dict[str, Any]:
         return {"samples": list(self.samples)}

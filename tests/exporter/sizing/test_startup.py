@@ -23,6 +23,20 @@ def test_a_step_up_is_timed_from_the_ask_to_the_ready_pods() -> None:
     assert clock.measured_s == 300.0
 
 
+def test_a_larger_ask_while_pods_start_is_timed_from_its_own_cycle() -> None:
+    # 6 asked at 0 s, 8 at 60 s; 6 ready at 300 s, 8 at 360 s: two steps of 300 s. Timed from
+    # when the first finished (300 s), the second would read 60 s (a conversation replay's
+    # horizon fell from 300 to 225 s so).
+    clock = StartupClock()
+    clock.asked(0.0, 5, 6)
+    clock.asked(30.0, 5, 6)
+    clock.asked(60.0, 5, 8)
+    clock.ready(300.0, 6)
+    clock.asked(300.0, 6, 8)
+    clock.ready(360.0, 8)
+    assert list(clock.samples) == [300.0, 300.0]
+
+
 def test_an_ask_withdrawn_or_never_served_is_not_a_delay() -> None:
     clock = StartupClock()
     clock.asked(0.0, 2, 3)
