@@ -247,9 +247,8 @@ GAUGES: tuple[GaugeSpec, ...] = (
     ),
     GaugeSpec(
         "forecast_horizon_seconds",
-        "How far ahead the look-ahead forecasts the arrival rate: the startup delay the "
-        "deployment's own pods showed (the median of its last 5 steps up), else look_ahead_s "
-        "(0: the current rate), as of the last cycle.",
+        "How far ahead the look-ahead forecasts the arrival rate: the pods' own startup "
+        "delay once measured, else look_ahead_s (0: none), as of the last cycle.",
         lambda s: s.forecast_horizon_s,
     ),
     GaugeSpec(
