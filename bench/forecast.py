@@ -208,7 +208,8 @@ def _matched(slo: dict[str, Any], delay: float, trace: RequestTrace,
     for _ in range(MATCH_RUNS):
         sigmas = hi if not tried else (lo + hi) / 2
         run = run_at(sigmas)
-        tried.append({"rate_margin_sigmas": sigmas, "replica_hours": run["replica_hours"]})
+        tried.append({"rate_margin_sigmas": sigmas, "replica_hours": run["replica_hours"],
+                      "windows_missed": run["windows_missed"]})
         gap = abs(run["replica_hours"] / target_hours - 1)
         if best is None or gap < best[0]:
             best = (gap, sigmas, run)
@@ -217,7 +218,11 @@ def _matched(slo: dict[str, Any], delay: float, trace: RequestTrace,
         lo, hi = (sigmas, hi) if run["replica_hours"] < target_hours else (lo, sigmas)
     assert best is not None
     _, sigmas, found = best
-    return {"rate_margin_sigmas": sigmas, "search": tried,
+    # The bracket's upper side: the cheapest run costing at least the target (the last value
+    # given no fewer replica-hours than the chosen arm), if the search ran one.
+    above = min((t for t in tried if t["replica_hours"] >= target_hours),
+                key=lambda t: t["replica_hours"], default=None)
+    return {"rate_margin_sigmas": sigmas, "search": tried, "at_least_target": above,
             **{k: found[k] for k in ("replica_hours", "windows_met", "windows_missed",
                                     "met_share", "judged_windows")}}
 
@@ -278,6 +283,8 @@ def criteria(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "last_value_windows_missed": matched["windows_missed"],
             "cut": 1 - auto["windows_missed"] / max(matched["windows_missed"], 1),
             "replica_hours_gap": auto["replica_hours"] / matched["replica_hours"] - 1,
+            # The last value given at least auto's replica-hours (None: the search ran none).
+            "last_value_at_no_fewer_replica_hours": matched.get("at_least_target"),
         }
     return out
 

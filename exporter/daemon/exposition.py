@@ -253,8 +253,8 @@ GAUGES: tuple[GaugeSpec, ...] = (
     ),
     GaugeSpec(
         "forecast_horizon_seconds",
-        "How far ahead the look-ahead forecasts the arrival rate (look_ahead_s: one startup "
-        "delay; 0: the current rate), as of the last cycle.",
+        "How far ahead the look-ahead forecasts the arrival rate: the pods' own startup "
+        "delay once measured, else look_ahead_s (0: none), as of the last cycle.",
         lambda s: s.forecast_horizon_s,
     ),
     GaugeSpec(

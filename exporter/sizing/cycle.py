@@ -180,6 +180,7 @@ class DeploymentCycle:
         if obs.windows:
             self.slo_window.add(obs.end_time_s, obs.windows)
         self.rates.add(obs, now_s)
+        self.forecaster.startup.ready(now_s, obs.ready_pods)
         trend = self.rates.trend()
         outlook = None
         if trend and trend[-1][0] == now_s:  # the window's rate was read
@@ -226,10 +227,19 @@ class DeploymentCycle:
             handover=estimate.handover, evidence=estimate.evidence, misses=estimate.misses,
             trusted=estimate.trusted, slope_known=estimate.slope_known,
             headroom=estimate.headroom, trend=estimate.trend, projected_rps=projected,
+            look_ahead_s=self.forecaster.horizon_s,
         )  # fmt: skip
         if obs is not None:
             self.slo_window.predicted(obs.end_time_s, decision.predicted_percentiles)
         return decision
+
+    def asked(self, estimate: Estimate, decision: Decision) -> None:
+        """The count published for the window: more than the ready pods starts the startup
+        clock (exporter.sizing.startup)."""
+        if estimate.observation is not None:
+            self.forecaster.startup.asked(
+                estimate.now_s, estimate.observation.ready_pods, decision.desired_replicas
+            )
 
     def handover(self) -> Handover | None:
         """What the sizer counts on while the calibration has no estimate of its own (None: it
@@ -332,4 +342,6 @@ class Sizer:
                 if on_error is None:
                     raise
                 on_error("fleet", exc)
+        for name, decision in decisions.items():  # what is published, the plan's included
+            self.cycles[name].asked(estimates[name], decision)
         return decisions

@@ -21,6 +21,7 @@ from exporter.sizing.evidence import PastMiss, bounded, envelope, holds_load, mi
 from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
 from exporter.sizing.forecasters import NOISE_WINDOWS, rising_slope
+from exporter.sizing.forecast_choice import held_for_rise
 from exporter.sizing.handover import Handover
 from exporter.sizing.reasons import REASON_MESSAGES, Reason
 from exporter.sizing.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
@@ -127,6 +128,7 @@ class Recommender:
         self._trend: Sequence[tuple[float, float]] = ()  # the look-ahead's, this cycle's
         self._recent: Sequence[tuple[float, float]] = ()  # ... and the windows before it
         self._projected: float | None = None  # a forecaster's rate, this cycle's
+        self._look_ahead = deployment.look_ahead_s  # the horizon, this cycle's
         zero = deployment.scale_from_zero
         self._gate = None if zero is None else ZeroGate(zero)
         self.last: Decision | None = None
@@ -155,6 +157,7 @@ class Recommender:
         trend: Sequence[tuple[float, float]] = (),
         projected_rps: float | None = None,
         slope_known: bool = True,
+        look_ahead_s: float | None = None,
     ) -> Decision:
         """The decision at wall time now_s (s) from this cycle's inputs; `bias` is the model's
         mean relative error (TTFT, ITL) on recent windows, corrected for in every prediction;
@@ -166,11 +169,13 @@ class Recommender:
         its parameters; the rate is sized for x `headroom` (exporter.sizing.headroom); `trend`
         is (time s, arrival rate req/s) of the recent windows whose rate was read, oldest
         first, ending with this one's (look_ahead_s extends its last TREND_WINDOWS; a
-        forecaster's `projected_rps` replaces it); what is published claims no more than the
+        forecaster's `projected_rps` replaces it; `look_ahead_s`, the startup delay measured,
+        replaces the configured one); what is published claims no more than the
         windows identified unless how latency grows with load is `slope_known`
         (`Envelope.claim`, `DeploymentCycle.slope_known`)."""
         self._trend, self._projected = trend[-TREND_WINDOWS:], projected_rps
         self._recent = trend[-NOISE_WINDOWS:]
+        self._look_ahead = self._dep.look_ahead_s if look_ahead_s is None else look_ahead_s
         self._shortfalls = {} if handover is not None else dict(shortfalls or {})
         self._evidence, self._headroom, self._trusted = evidence, headroom, trusted
         self._misses, self._slope_known = misses, slope_known
@@ -290,8 +295,10 @@ class Recommender:
             and self._headroom <= 1.0
             and holds_load(obs, checked.replicas, dep.slo, max_batch, inputs.options.arrival_cv)
         ):
-            # ... nor steps up past a fleet serving its load with margin (evidence.holds_load).
-            checked = replace(checked, replicas=current, bound=True)
+            # ... nor steps up past a fleet serving its load with margin (evidence.holds_load),
+            # but for the rise a forecaster expects (forecast_choice.held_for_rise).
+            held = held_for_rise(current, rate, self._projected or rate)
+            checked = replace(checked, replicas=min(checked.replicas or held, held), bound=True)
         extra = {
             "sizing_rate_rps": sizing_rate,
             # The gauges keep the envelope's capacity: cut to the claim, they moved with the load
@@ -357,7 +364,7 @@ class Recommender:
         of its windows."""
         dep = self._dep
         slope = rising_slope(self._recent, EVIDENCE_SLOPE_SIGMAS)
-        ahead = rate + slope * max(dep.look_ahead_s, 0.0)
+        ahead = rate + slope * max(self._look_ahead, 0.0)
         margin = rate_margin_rps(rate, window_s, inputs.options.arrival_cv,
                                  dep.rate_margin_sigmas)  # fmt: skip
         return min(sizing_rate, self._headroom * (ahead + margin))
@@ -367,7 +374,7 @@ class Recommender:
         trend extended that far ahead when it rises, so capacity is ordered before it is needed."""
         if self._projected is not None:  # never below the window's rate
             return max(rate, self._projected)
-        horizon = self._dep.look_ahead_s
+        horizon = self._look_ahead
         if horizon <= 0 or len(self._trend) < 3:
             return rate
         t = np.array([p[0] for p in self._trend])

@@ -56,4 +56,11 @@ def render() -> str:
                 f"{matched['replica_hours']:.2f} h, {matched['windows_missed']} / "
                 f"{matched['judged_windows']} windows missed.",
             ]
+            above = matched.get("at_least_target")
+            if above and above["rate_margin_sigmas"] != matched["rate_margin_sigmas"]:
+                lines[-1] += (
+                    f" Given no fewer replica-hours than `auto` (a margin of "
+                    f"{above['rate_margin_sigmas']:.2f}, {above['replica_hours']:.2f} h), "
+                    f"it missed {above['windows_missed']}."
+                )
     return "\n".join(lines) + "\n"

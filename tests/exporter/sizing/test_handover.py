@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 from exporter.sizing.cycle import DeploymentCycle
+from exporter.sizing.forecast_choice import held_for_rise
 from exporter.sizing.handover import Handover, HandoverBasis, handover
 from exporter.sizing.reasons import Reason
 from exporter.sizing.recommender import Recommender
@@ -95,6 +96,40 @@ def test_a_fleet_serving_its_load_with_margin_is_not_stepped_up_on_the_prior() -
     decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR)
     assert decision.desired_replicas == 1 and decision.reason is Reason.HANDOVER
     assert decision.model_replicas == 3  # the prior's own count, said beside it
+
+
+def test_the_hold_still_steps_up_for_the_rise_the_look_ahead_expects() -> None:
+    # The same fleet serving its load with margin, and a forecast that the rate doubles within
+    # the look-ahead: today's count vouches for today's load only, so the fleet grows with the
+    # rate at today's load per replica (2), not to the prior's count (6) nor held at 1 (issue
+    # 46: on the diurnal day the hold kept a forecast's third replica back for 2 minutes).
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0))
+    decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR, projected_rps=5 * CAPACITY)
+    assert decision.desired_replicas == 2 and decision.reason is Reason.HANDOVER
+    assert decision.model_replicas == 5
+    # No rise forecast: held where it is.
+    flat = Recommender(deployment(scale_down_stabilization_s=0.0))
+    held = flat.decide(0.0, served, None, SHAPE, handover=PRIOR, projected_rps=2.5 * CAPACITY)
+    assert held.desired_replicas == 1
+
+
+def test_the_recommenders_own_trend_stays_held() -> None:
+    # The default look-ahead (a slope over four windows, no forecaster's rate): held at 1.
+    served = replace(observation(2.5 * CAPACITY, 1), ttft_ms=30.0, avg_running_per_pod=40.0)
+    rec = Recommender(deployment(scale_down_stabilization_s=0.0, look_ahead_s=300.0))
+    rising = [(t, 2.5 * CAPACITY * (1 + t / 300.0)) for t in (-90.0, -60.0, -30.0, 0.0)]
+    decision = rec.decide(0.0, served, None, SHAPE, handover=PRIOR, trend=rising)
+    assert rec.projected_rate(2.5 * CAPACITY) > 4 * CAPACITY  # it does look ahead
+    assert decision.desired_replicas == 1
+
+
+def test_held_for_rise_scales_todays_fleet_by_the_rise() -> None:
+    assert held_for_rise(2, 18.6, 24.7) == 3  # the diurnal day's 1770 s
+    assert held_for_rise(2, 20.0, 20.0) == 2 and held_for_rise(2, 20.0, 15.0) == 2
+    assert held_for_rise(3, 10.0, 20.0) == 6
+    assert held_for_rise(2, 0.0, 5.0) == 2  # no rate: nothing to scale
+    assert held_for_rise(0, 5.0, 10.0) == 0
 
 
 def test_without_margin_the_prior_still_steps_up() -> None:
