@@ -34,7 +34,7 @@ from exporter.daemon.log_lines import FailureStreaks, InfeasibleTargets, log_une
 from exporter.daemon.operation_metrics import OperationMetrics, cycle_outcome
 from exporter.daemon.statefile import StateFile
 from exporter.sizing.cycle import Constraints, DeploymentCycle, Estimate, Sizer
-from exporter.sizing.evidence import extrapolation_ratio
+from exporter.sizing.evidence import capacity_extrapolated
 from exporter.sizing.fleet_cycle import attach_fleet
 from exporter.sizing.fleet_whatif import MixAnswer, mix_from_plan
 from exporter.sizing.recommender import Decision, saturated, slo_headroom_ratio
@@ -388,7 +388,8 @@ def deployment_status(
         traffic=cycle.traffic.shape,
         kv_batch_limit=None if cycle.inputs is None else cycle.inputs.kv_batch_limit,
         calibration_confidence=estimate.confidence,
-        extrapolation_ratio=extrapolation_ratio(decision.max_rate_per_replica_rps, estimate.window),
+        extrapolation_ratio=decision.capacity_extrapolation_ratio,
+        capacity_extrapolated=capacity_extrapolated(decision.capacity_extrapolation_ratio),
         identified=None if estimate.params is None else estimate.identified,
         slo_percentiles=dep.slo.percentiles,
         observed_attainment=cycle.slo_window.attainment(dep.slo.percentiles),

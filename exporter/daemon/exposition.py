@@ -65,6 +65,7 @@ class DeploymentStatus:
     kv_batch_limit: int | None = None  # the batch the KV cache holds; None: capacity unknown
     calibration_confidence: float = 0.0  # 0-1, model.calibration.trust
     extrapolation_ratio: float | None = None  # exporter.sizing.evidence; None: no points
+    capacity_extrapolated: bool | None = None  # the ratio beyond 1.1; None: no points
     identified: tuple[bool, bool, bool] | None = None  # per parameter; None without params
     slo_percentiles: tuple[PercentileTarget, ...] = ()  # the configured percentile targets
     observed_attainment: tuple[ObservedAttainment, ...] = ()  # over slo_window_s
@@ -266,9 +267,15 @@ GAUGES: tuple[GaugeSpec, ...] = (
     ),
     GaugeSpec(
         "extrapolation_ratio",
-        "How far the published capacity per replica lies outside the per-replica rates the "
-        "calibration observed (1 within them, 2 at twice the highest), as of the last cycle.",
+        "How far the model's capacity per replica lies outside the observed rates (1 within "
+        "them).",
         lambda s: s.extrapolation_ratio,
+    ),
+    GaugeSpec(
+        "capacity_extrapolated",
+        "1 when extrapolation_ratio exceeds 1.1: max_rate_per_replica is a bound or an "
+        "extrapolation.",
+        lambda s: _flag(s.capacity_extrapolated),
     ),
 )
 

@@ -25,7 +25,12 @@ from exporter.collector.pod_observation import Problem
 from exporter.config.values import DeploymentConfig, ForecastMode
 from exporter.sizing.attainment import SloWindow
 from exporter.sizing.bursts import BurstReading, BurstTracker
-from exporter.sizing.evidence import PastMiss, identifies_growth, past_misses
+from exporter.sizing.evidence import (
+    PastMiss,
+    identifies_growth,
+    past_misses,
+    spread_over_history,
+)
 from exporter.sizing.forecast_choice import ForecastStrategy, Outlook
 from exporter.sizing.handover import Handover, handover
 from exporter.sizing.headroom import HeadroomController
@@ -201,7 +206,11 @@ class DeploymentCycle:
         headroom = self.headroom.observe(obs, self.recommender.last)  # sizing/headroom.py
         trusted = is_trusted(estimate.confidence)
         pods = max(obs.observed_pods, 1)
-        self.growth_seen = self.growth_seen or identifies_growth(estimate, obs.window_s, pods)
+        self.growth_seen = (
+            self.growth_seen
+            or identifies_growth(estimate, obs.window_s, pods)
+            or spread_over_history(self.evidence, obs.window_s)
+        )
         return Estimate(
             deployment=dep.name, now_s=now_s, observation=obs, calibration=estimate,
             params=estimate.params, bias=estimate.bias, workload=self.workload,

@@ -26,22 +26,27 @@ latency does not fall as load rises, whatever a fit at lower loads extrapolates.
 A model capacity outside the envelope is moved to its edge and the count sized from that; the
 decision's reason then says `evidence_bound`.
 
-What the what-if and `plan --state` claim (`Envelope.claim`) is no more than the data
-identified. Windows at one operating point (`trust.spread_loads` false), on a deployment whose
-growth with load nothing else holds (since the start no fit identified every parameter and no
-window's rates spread beyond their counting noise, no configured parameters: `slope_known`),
-pin the mean TTFT and ITL at that load but not how they grow with it: every split of alpha
-against the load parts that predicts the same point fits the windows, and the steepest (alpha
-near 0: throughput no longer grows with the batch) saturates just past the observed load. The
-capacity claimed is then the highest rate served within the targets and the saturation the
+What is published (`Envelope.claim`: the capacity and saturation gauges, the what-if, `plan
+--state`) is no more than the data identified. Windows at one operating point
+(`trust.spread_loads` false), on a deployment whose growth with load nothing else holds (since
+the start no fit identified every parameter and no window's rates spread beyond their
+counting noise, no configured parameters: `slope_known`), pin the mean TTFT and ITL at that
+load but not how they grow with it: every split of alpha against the load parts that predicts
+the same point fits the windows, and the steepest (alpha near 0: throughput no longer grows
+with the batch) saturates just past the observed load. A capacity beyond the points' rates is
+then cut to the highest rate served within the targets and a saturation beyond them to the
 highest rate served stably: lower bounds the windows proved, where the model's figure is an
 extrapolation no window tested (the laptop recipe's fit claimed 2-2.7x its observed load,
-1.2-2x the simulator's truth). A what-if beyond that saturation answers no latency and no
-stability (`WhatIf.stable` None): the windows cannot tell. The count and the capacity gauges
-keep the envelope's figures: a ceiling near the rate served, sized on, held a steady fleet
-above its need (the real conversation trace cost 1.54x the best fixed fleet instead of 1.17x),
-and gauges cut to the claim moved with the load at 128/2048 tokens, whose slow wander does not
-spread a window's rates (bench/tuner_robustness: p90 move 2.0 -> 9.3 %).
+1.2-2x the simulator's truth); a figure within the rates is one the windows around it test,
+and stays. A what-if beyond the published saturation answers no latency and no stability
+(`WhatIf.stable` None): the windows cannot tell. The count is not sized on the claim: below
+the current count it steps within `scale_down_floor`, and the next windows test each step
+(sizing on a ceiling near the rate served held a steady fleet above its need: the real
+conversation trace cost 1.54x the best fixed fleet instead of 1.17x). Cutting every figure past
+the rate served, with the tuner's ten points as the only test of spread, moved the gauges with
+the load at 128/2048 tokens, whose slow wander does not spread ten points
+(bench/tuner_robustness: p90 move 2.0 -> 9.3 %); the hour's spread (`spread_over_history`)
+and the cut beyond the rates only keep them as steady as the model's.
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ BURSTY_ARRIVAL_CV = 2.0
 EXTRAPOLATED_RATIO = 1.0 + NOISE_MARGIN
 QUARTILE_Z = 0.8416  # the standard normal's 80th percentile (spread_beyond_noise)
 NOISE_MIN_POINTS = 5  # fewer points' percentiles say nothing of a spread
+# spread_over_history: at least this many points (fewer points' percentiles, at 35-45 requests a
+# window, put one constant load past SPREAD_RATIO in 1-3 % of draws; 60, in 0.2 % at most).
+HISTORY_MIN_POINTS = 60
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,18 +107,29 @@ class Envelope:
         nor from them (they sit at one operating point)."""
         return not (slope_known or self.spread) and self.high_rps is not None
 
+    def within(self, rate_rps: float) -> bool:
+        """`rate_rps` lies within the points' rates, their noise included (an extrapolation
+        ratio of at most EXTRAPOLATED_RATIO)."""
+        ratio = self.extrapolation_ratio(rate_rps)
+        return ratio is not None and ratio <= EXTRAPOLATED_RATIO
+
     def claim(
         self, capacity_rps: float, saturation_rps: float, slope_known: bool
     ) -> tuple[float, float]:
         """The (capacity, saturation) published for the envelope's (module docstring): with the
-        growth with load not identified (not `slope_known`, points at one operating point), at
-        most the highest rate served within the targets and the highest rate served stably
-        (not below the capacity); unchanged otherwise, or without a rate served."""
-        if not self.unidentified(slope_known) or self.served_rps is None:
+        growth with load not identified (not `slope_known`, points at one operating point), a
+        figure beyond the points' rates is cut to what they proved, the capacity to the highest
+        rate served within the targets and the saturation to the highest rate served stably
+        (not below the capacity); a figure within the rates (the windows test it), or with the
+        growth identified, is the model's."""
+        if not self.unidentified(slope_known):
             return capacity_rps, saturation_rps
-        capacity = min(capacity_rps, self.served_rps)
-        stable = saturation_rps if self.stable_rps is None else min(saturation_rps, self.stable_rps)
-        return capacity, max(capacity, stable)
+        capacity, saturation = capacity_rps, saturation_rps
+        if self.served_rps is not None and not self.within(capacity_rps):
+            capacity = min(capacity_rps, self.served_rps)
+        if self.stable_rps is not None and not self.within(saturation_rps):
+            saturation = min(saturation_rps, self.stable_rps)
+        return capacity, max(capacity, saturation)
 
     def capacity(self, model_rps: float) -> float:
         """`model_rps` moved into the envelope (the missed bound wins a crossing)."""
@@ -148,6 +167,10 @@ class Bounded:
     claimed_rps: float = math.nan
     claimed_saturation_rps: float = math.nan
     unidentified: bool = False  # Envelope.unidentified
+    # How far capacity_rps lies outside the points' rates (Envelope.extrapolation_ratio; None
+    # without points): beyond EXTRAPOLATED_RATIO the published capacity is an extrapolation, or
+    # with the growth unidentified the bound the claim cut it to.
+    extrapolation_ratio: float | None = None
 
 
 def overshoot(point: Observation, ttft_ms: float | None, itl_ms: float | None) -> float | None:
@@ -237,6 +260,7 @@ def bounded(
         replicas=replicas, capacity_rps=capacity, saturation_rps=saturation, bound=bound,
         claimed_rps=claimed, claimed_saturation_rps=claimed_saturation,
         unidentified=env.unidentified(slope_known),
+        extrapolation_ratio=env.extrapolation_ratio(capacity),
     )  # fmt: skip
 
 
@@ -259,6 +283,12 @@ def latency_floor_ms(
     if env.high_rps is None or rate_rps <= env.high_rps:
         return ttft_ms, itl_ms
     return max(ttft_ms, env.top_ttft_ms or 0.0), max(itl_ms, env.top_itl_ms or 0.0)
+
+
+def capacity_extrapolated(ratio: float | None) -> bool | None:
+    """An extrapolation ratio beyond EXTRAPOLATED_RATIO: the capacity lies outside the windows'
+    rates (None without windows)."""
+    return None if ratio is None else ratio > EXTRAPOLATED_RATIO
 
 
 def extrapolation_ratio(rate_rps: float | None, points: Sequence[Observation]) -> float | None:
@@ -382,3 +412,28 @@ def spread_beyond_noise(rates_rps: NDArray[np.float64], window_s: float, pods: i
     noise = math.exp(2.0 * QUARTILE_Z / math.sqrt(max(count, 1.0)))
     low, high = np.percentile(finite, SPREAD_QUANTILES)
     return bool(high >= SPREAD_RATIO * noise * low)
+
+
+def spread_over_history(history: Sequence[tuple[Observation, int]], window_s: float) -> bool:
+    """The per-replica rates of `history` ((point, pods that served it), oldest first; the
+    cycle's hour of tuner points, longer than the tuner's window) spread over more than one
+    operating point: their 20th-80th percentile ratio, with the Poisson noise of counting
+    `window_s` windows taken out of it (log-normal widths add in variance), is at least
+    SPREAD_RATIO. `spread_beyond_noise`, on the tuner's ten points, asks the noise's width on
+    top of the ratio instead (a few points' percentiles are themselves noisy); a load that
+    wanders slowly never shows in ten points, and over an hour it does: at 128/2048 tokens a
+    load drawn over 0.3-0.7 of saturation every 10 minutes is called spread after 60-83 windows
+    (three seeds); one constant load over an hour, at 40-260 requests a window, reaches 1.13 at
+    most (12 runs)."""
+    if len(history) < HISTORY_MIN_POINTS or window_s <= 0:
+        return False
+    rates = np.array([p.rate_rps for p, _ in history], dtype=float)
+    counts = np.array([p.rate_rps * window_s * max(pods, 1) for p, pods in history], dtype=float)
+    ok = np.isfinite(rates) & (rates > 0)
+    if np.count_nonzero(ok) < HISTORY_MIN_POINTS:
+        return False
+    low, high = np.percentile(rates[ok], SPREAD_QUANTILES)
+    width = math.log(high / low) / (2.0 * QUARTILE_Z)  # the log-rates' sd the percentiles give
+    noise = 1.0 / float(np.median(np.maximum(counts[ok], 1.0)))  # Poisson: var(log n) ~ 1 / n
+    loads = math.sqrt(max(width * width - noise, 0.0))
+    return math.exp(2.0 * QUARTILE_Z * loads) >= SPREAD_RATIO

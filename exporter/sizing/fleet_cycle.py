@@ -214,7 +214,7 @@ class FleetSizer:
         params = estimate.params
         if params is None and estimate.handover is not None:
             params = estimate.handover.params
-        capacity = decision.max_rate_per_replica_rps
+        capacity = decision.sizing_capacity_rps  # the count's, not the published claim
         if capacity is None:
             capacity = variant_capacity_rps(dep, params, workload, estimate.inputs)
         trusted = estimate.params is not None and estimate.trusted

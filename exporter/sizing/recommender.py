@@ -70,7 +70,9 @@ class Decision:
     arrival_rate_rps: float | None
     # The rate sized for: arrival (or its trend look_ahead_s ahead) plus its margin.
     sizing_rate_rps: float | None
-    max_rate_per_replica_rps: float | None  # SLO capacity of one replica
+    # SLO capacity and saturation of one replica as published: the model's, cut to what the
+    # windows proved where they do not identify it (exporter.sizing.evidence, `Envelope.claim`).
+    max_rate_per_replica_rps: float | None
     saturation_rate_per_replica_rps: float | None
     predicted_ttft_ms: float | None  # at the current load on the current replicas
     predicted_itl_ms: float | None
@@ -79,6 +81,9 @@ class Decision:
     infeasible_targets: tuple[str, ...] = ()  # missed by the model at replicas.max
     # The capacity the count was sized with (at least the published one).
     sizing_capacity_rps: float | None = None
+    # How far sizing_capacity_rps lies outside the windows' per-replica rates (1 within them;
+    # `Bounded.extrapolation_ratio`); None without windows.
+    capacity_extrapolation_ratio: float | None = None
 
 
 def saturated(decision: Decision, obs: DeploymentObservation | None) -> bool | None:
@@ -301,13 +306,12 @@ class Recommender:
             checked = replace(checked, replicas=min(checked.replicas or held, held), bound=True)
         extra = {
             "sizing_rate_rps": sizing_rate,
-            # The gauges keep the envelope's capacity: cut to the claim, they moved with the load
-            # at 128/2048 tokens, whose slow wander never spreads a window's rates
-            # (bench/tuner_robustness: p90 move 2.0 -> 9.3 %); the what-if and plan --state
-            # answer the claim (exporter.sizing.evidence).
-            "max_rate_per_replica_rps": checked.capacity_rps,
-            "saturation_rate_per_replica_rps": checked.saturation_rps,
+            # Published: the claim (the what-if's too); the count is sized on the envelope's
+            # capacity, stepping within scale_down_floor (exporter.sizing.evidence).
+            "max_rate_per_replica_rps": checked.claimed_rps,
+            "saturation_rate_per_replica_rps": checked.claimed_saturation_rps,
             "sizing_capacity_rps": checked.capacity_rps,
+            "capacity_extrapolation_ratio": checked.extrapolation_ratio,
             "predicted_ttft_ms": outlook.ttft_ms,
             "predicted_itl_ms": outlook.itl_ms,
             "binding_target": binding_target(plan.capacity),
@@ -445,7 +449,7 @@ class Recommender:
 _OPTIONAL_FIELDS = (
     "model_replicas", "arrival_rate_rps", "sizing_rate_rps", "max_rate_per_replica_rps",
     "saturation_rate_per_replica_rps", "predicted_ttft_ms", "predicted_itl_ms",
-    "sizing_capacity_rps",
+    "sizing_capacity_rps", "capacity_extrapolation_ratio",
 )  # fmt: skip
 
 

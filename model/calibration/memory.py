@@ -38,7 +38,13 @@ STEADY_LOG_SIGMA = 0.05
 # as they show (alpha after a new engine's overhead, every parameter after a faster one), and
 # at this width for one the data left open, which then stays near where it was instead of
 # being traded against the rest (three points of 128 / 2048 tokens took gamma to 1/8 of the
-# truth and the published capacity to 2.8x the new truth's at ESTIMATE_LOG_SIGMA).
+# truth and the published capacity to 2.8x the new truth's at ESTIMATE_LOG_SIGMA). While the
+# points since the change sit at one load they pin two figures (TTFT and ITL there), not three
+# parameters: after an estimate that identified every parameter, beta and gamma then keep this
+# width too, and the change goes first to alpha, the part of a latency no load moves (at
+# 1024/512 tokens the capacity followed alpha x1.5 in 2 windows instead of 10, every parameter
+# / 1.1 in 4 instead of 2; bench/tuner_robustness). Not after a partial estimate: at 128/2048
+# tokens, gamma open, holding beta as well took every parameter / 1.1 from 4 windows to 8.
 CHANGE_LOG_SIGMA = 0.3
 # The median bias sizing corrects by moves with each window's noise (a median of ten noisy
 # points): each cycle's value is this share of the new median and the rest of the last
@@ -69,6 +75,7 @@ class CalibrationMemory:
         steady: ServiceParams | None = None,
         *,
         recovering: bool = False,
+        one_load: bool = False,
     ) -> Prior:
         """Per parameter: centred on the anchor, else the seed, else `base` (the chain). With
         a `steady` estimate (fitted, no change being recovered from), a narrow Gaussian
@@ -76,15 +83,18 @@ class CalibrationMemory:
         replaces the chain for a parameter the estimate identified, and multiplies it for one
         the estimate did not (the chain's weak pull keeps that one from wandering off).
         `recovering` from a detected change, the anchor of a parameter the estimate before it
-        did not identify has the width CHANGE_LOG_SIGMA. The centre is clipped into the bounds
-        so a prior never pulls outside them."""
+        did not identify has the width CHANGE_LOG_SIGMA; so do beta and gamma when that
+        estimate identified every parameter and the points since the change sit at `one_load`
+        (module docstring, CHANGE_LOG_SIGMA). The centre is clipped into the bounds so a prior
+        never pulls outside them."""
         centre = np.log(np.array(base.centre.as_tuple()))
         precision = 1.0 / np.array(base.log_sigma) ** 2
         seeded = None if seed is None else seed.as_tuple()
+        one_load_held = one_load and not any(self.open_at_change)
         for k in range(3):
             anchor = self.anchor[k]
             if anchor is not None:
-                held = recovering and self.open_at_change[k]
+                held = recovering and (self.open_at_change[k] or (k > 0 and one_load_held))
                 width = CHANGE_LOG_SIGMA if held else LOG_SIGMAS[CentreSource.ESTIMATE]
                 centre[k], precision[k] = math.log(anchor), width**-2
             elif seeded is not None:

@@ -41,7 +41,13 @@ from model.calibration.memory import CalibrationMemory
 from model.calibration.observation import Observation
 from model.calibration.prior import GENERIC_PRIOR, Prior
 from model.calibration.residuals import FitProblem
-from model.calibration.trust import CHANGE_RUN, ModelBias, looks_saturated, robust_bias
+from model.calibration.trust import (
+    CHANGE_RUN,
+    ModelBias,
+    looks_saturated,
+    robust_bias,
+    spread_loads,
+)
 from model.calibration.trust import window_itl_load_bias as itl_load_bias
 from model.calibration.verdict import (
     SkipReason,
@@ -226,7 +232,10 @@ class Tuner:
         parameter on the last value identified, the seed, or `prior` (`CalibrationMemory.prior`)."""
         recovering, bounds = self._recovering(), (self.lower_bounds, self.upper_bounds)
         steady = None if self._fit_count == 0 or recovering else self._params
-        return self._memory.prior(self.prior, self.initial, bounds, steady, recovering=recovering)
+        one_load = recovering and not spread_loads(np.array([o.rate_rps for o in self._window]))
+        return self._memory.prior(
+            self.prior, self.initial, bounds, steady, recovering=recovering, one_load=one_load
+        )
 
     @property
     def skipped(self) -> Mapping[SkipReason, int]:

@@ -103,11 +103,22 @@ def test_readme_laptop_recipe_serves_a_desired_count(tmp_path: Path) -> None:
     fitted = re.search(r'^vllm_sizer_tuner_state\{[^}]*state="fitted"\} 1\.0$', out, re.M)
     if fitted is None:
         return  # calibrated nothing in 45 s (a loaded machine): no capacity to judge
+    # The gauge and the what-if publish one claim (exporter.sizing.evidence, Envelope.claim):
+    # within 15 % of the truth, or flagged extrapolated and a bound 0.5-1.0x of it. On main
+    # before issue 35's gauge work the gauge read the fit's 11-18.6 req/s (1.2-2x the truth).
+    gauge = re.search(
+        r"^vllm_sizer_max_rate_per_replica_requests_per_second\{[^}]*\} (\S+)$", out, re.M
+    )
+    flag = re.search(r"^vllm_sizer_capacity_extrapolated\{[^}]*\} (\S+)$", out, re.M)
+    assert gauge is not None, context
+    flagged = flag is not None and float(flag.group(1)) == 1.0
     line = re.search(r'^(\{"deployment": "laptop".*)$', out, re.M)
     assert line is not None, context
     answer = json.loads(line.group(1))
-    published = answer["max_rate_per_replica_requests_per_second"]
-    assert 0.5 * TRUTH_RPS <= published <= 1.15 * TRUTH_RPS, context
+    for published in (float(gauge.group(1)), answer["max_rate_per_replica_requests_per_second"]):
+        close = abs(published / TRUTH_RPS - 1.0) <= 0.15
+        bound = flagged and 0.5 * TRUTH_RPS <= published <= TRUTH_RPS
+        assert close or bound, context
     # 30 req/s on the 2 replicas: 15 each, past the truth's saturation (11-12 req/s) and twice
     # the windows' load: not called stable on the model's word.
     assert answer["stable"] is not True, context

@@ -4,6 +4,7 @@ the same windows show, whatever the model's parameters."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from exporter.config.values import SloConfig
 from exporter.sizing.evidence import (
     NOISE_MARGIN,
     PastMiss,
+    capacity_extrapolated,
     envelope,
     miss_floor,
     missed,
@@ -20,6 +22,7 @@ from exporter.sizing.evidence import (
     scale_down_floor,
     served,
     spread_beyond_noise,
+    spread_over_history,
 )
 from exporter.sizing.recommender import Reason, Recommender
 from exporter.sizing.what_if import what_if
@@ -129,7 +132,9 @@ def test_windows_that_agree_with_the_model_leave_it_alone() -> None:
     checked = Recommender(deployment()).decide(
         0.0, observation(20.0, 3), truth, SHAPE, evidence=points
     )
-    assert plain == checked and plain.reason is not Reason.EVIDENCE_BOUND
+    assert plain == replace(checked, capacity_extrapolation_ratio=None)
+    assert plain.reason is not Reason.EVIDENCE_BOUND
+    assert checked.capacity_extrapolation_ratio == 1.0  # within the windows' rates
 
 
 def test_a_what_if_beyond_the_observed_rates_says_so_and_is_not_below_them() -> None:
@@ -223,14 +228,28 @@ def test_one_operating_point_claims_what_it_served_not_the_fits_extrapolation() 
     env = envelope(LAPTOP, SLO)
     assert env.claim(20.0, 26.0, slope_known=False) == (7.2, 7.2)
     assert env.claim(20.0, 26.0, slope_known=True) == (20.0, 26.0)
+    # A figure within the windows' rates (and their noise) is one they test: the model's.
+    assert env.claim(7.8, 26.0, slope_known=False) == (7.8, 7.8)
     # Loads spread (a ramp): the fit's growth is what the data identified.
     ramp = [point(2.0 + k, 30.0 + k, 9.0 + k) for k in range(6)]
     assert envelope(ramp, SLO).claim(20.0, 26.0, slope_known=False) == (20.0, 26.0)
-    # The decision (the count and the gauges) is not sized on the claim: the same either way.
+    # The count is not sized on the claim (the same either way); the gauges publish it, and
+    # how far the model's capacity lies from the windows' rates (issue 35: on main the gauge
+    # published the fit's 2.8x).
     obs = observation(14.0, 2)
     known = Recommender(dep).decide(0.0, obs, HEAVY, SHAPE, evidence=LAPTOP, slope_known=True)
     unknown = Recommender(dep).decide(0.0, obs, HEAVY, SHAPE, evidence=LAPTOP, slope_known=False)
-    assert known == unknown
+    assert known.desired_replicas == unknown.desired_replicas
+    assert known.sizing_capacity_rps == unknown.sizing_capacity_rps
+    assert known.max_rate_per_replica_rps == known.sizing_capacity_rps
+    assert (unknown.max_rate_per_replica_rps, unknown.saturation_rate_per_replica_rps) == (7.2, 7.2)
+    ratio = unknown.capacity_extrapolation_ratio
+    assert ratio is not None and ratio > 2.5 and capacity_extrapolated(ratio)
+    assert known.capacity_extrapolation_ratio == ratio
+    # The what-if claims the same: one rule (Envelope.claim) for both.
+    far = what_if(dep, HEAVY, SHAPE, None, 14.0, 2, (), evidence=LAPTOP, slope_known=False)
+    assert far.max_rate_per_replica_rps == unknown.max_rate_per_replica_rps
+    assert far.saturation_rate_per_replica_rps == unknown.saturation_rate_per_replica_rps
 
 
 def test_a_what_if_past_what_one_operating_point_served_answers_no_latency() -> None:
@@ -266,3 +285,24 @@ def test_a_spread_beyond_the_counting_noise_identifies_growth() -> None:
     wander = np.linspace(3.7, 8.7, 10)
     assert spread_beyond_noise(wander, 30.0, 1)
     assert not spread_beyond_noise(wander[:4], 30.0, 1)  # too few points to say
+
+
+def test_a_slow_wander_over_the_hour_identifies_growth_and_one_load_does_not() -> None:
+    rng = np.random.default_rng(1)
+    # One constant load, 30 s windows of 45 requests (one replica at 1.5 req/s, 128/2048
+    # tokens), an hour of them: Poisson noise alone, never spread.
+    for _ in range(20):
+        counts = rng.poisson(45.0, 120)
+        history = [(point(c / 30.0, 30.0, 9.0), 1) for c in counts]
+        assert not any(spread_over_history(history[:k], 30.0) for k in range(60, 121, 10))
+    # The same load wandering slowly between 0.35 and 0.6 of saturation (1.5-2.6 req/s, a new
+    # level each 20 windows): ten points sit at one load, the hour spreads.
+    levels = np.repeat([1.5, 2.6, 1.8, 2.3, 1.6, 2.5], 20)
+    counts = rng.poisson(levels * 30.0)
+    history = [(point(c / 30.0, 30.0, 9.0), 1) for c in counts]
+    assert not spread_beyond_noise(counts[:10] / 30.0, 30.0, 1)
+    assert spread_over_history(history, 30.0)
+    assert not spread_over_history(history[:59], 30.0)  # too few points to say
+    # Per-replica rates: one replica at 11 req/s, then two at 5.5 each (the same total).
+    split = [(point(11.0, 40.0, 20.0), 1)] * 30 + [(point(5.5, 40.0, 12.0), 2)] * 30
+    assert spread_over_history(split, 5.0)

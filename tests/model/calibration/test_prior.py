@@ -209,3 +209,27 @@ def test_while_recovering_from_a_change_what_was_not_identified_is_held_closer()
     saved = memory.to_dict()
     del saved["open_at_change"]  # a state saved before the field existed
     assert CalibrationMemory.from_dict(saved, None).open_at_change == (False, False, False)
+
+
+def test_after_a_full_estimate_one_load_since_the_change_moves_alpha_first() -> None:
+    # 1024 / 512 tokens, alpha x1.5: the estimate before the change identified every
+    # parameter, and the points since it sit at one load, which pins TTFT and ITL there but
+    # not three parameters. Every parameter at ESTIMATE_LOG_SIGMA, the change was spread over
+    # all three and the capacity took 10 windows to follow (bench/tuner_robustness); beta and
+    # gamma held at CHANGE_LOG_SIGMA, 2.
+    bounds = (DEFAULT_LOWER_BOUNDS, DEFAULT_UPPER_BOUNDS)
+    full = CalibrationMemory()
+    full.accept(ServiceParams(6.7, 1.2e-2, 6.8e-5), (True, True, True))
+    full.changed(ServiceParams(6.7, 1.2e-2, 6.8e-5))
+    one = full.prior(GENERIC_PRIOR, None, bounds, recovering=True, one_load=True)
+    assert one.log_sigma == pytest.approx((ESTIMATE_LOG_SIGMA, 0.3, 0.3))
+    # Loads spread since the change: the data separate the parameters; all free.
+    spread = full.prior(GENERIC_PRIOR, None, bounds, recovering=True, one_load=False)
+    assert spread.log_sigma == pytest.approx((ESTIMATE_LOG_SIGMA,) * 3)
+    # After a partial estimate (gamma open, as at 128 / 2048 tokens) only what was open is
+    # held: holding beta too slowed "every parameter / 1.1" there from 4 windows to 8.
+    partial = CalibrationMemory()
+    partial.accept(ServiceParams(5.4, 3.9e-4, 6.5e-5), (True, True, False))
+    partial.changed(ServiceParams(5.4, 3.9e-4, 6.5e-5))
+    held = partial.prior(GENERIC_PRIOR, None, bounds, recovering=True, one_load=True)
+    assert held.log_sigma == pytest.approx((ESTIMATE_LOG_SIGMA, ESTIMATE_LOG_SIGMA, 0.3))
