@@ -57,6 +57,7 @@ PER_DEPLOYMENT_METRICS = frozenset(
         "vllm_sizer_calibration_confidence",
         "vllm_sizer_extrapolation_ratio",
         "vllm_sizer_capacity_extrapolated",
+        "vllm_sizer_prompt_burst_factor",
         "vllm_sizer_parameter_source",
         "vllm_sizer_forecaster",
         "vllm_sizer_forecast_horizon_seconds",

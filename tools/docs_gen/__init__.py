@@ -27,6 +27,7 @@ def generate() -> dict[str, str]:
     pages = {
         "docs/reference/config-keys.md": config_keys.render(),
         "docs/reference/metrics-generated.md": metrics.render(),
+        "docs/reference/metric-labels-generated.md": metrics.render_labels(),
         "docs/reference/http-api-generated.md": http_api.render(),
         variant_truths.PAGE: variant_truths.render(),
         forecast_table.PAGE: forecast_table.render(),

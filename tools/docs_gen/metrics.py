@@ -1,5 +1,6 @@
-"""docs/reference/metrics-generated.md: every exported metric family (name, type, labels, help)
-as the daemon's registry describes it, and every label's values from the enumeration behind it."""
+"""docs/reference/metrics-generated.md and metric-labels-generated.md: every exported metric
+family (name, type, labels, help) as the daemon's registry describes it, and every label's values
+from the enumeration behind it."""
 
 from __future__ import annotations
 
@@ -107,11 +108,11 @@ def label_names(family: Metric) -> tuple[str, ...]:
 def render() -> str:
     lines = [
         HEADER,
-        "# Metrics and label values",
+        "# Metrics",
         "",
-        "Every exported family, as the registry describes it, and each enumerated label's values.",
-        "What each means: [metrics](metrics.md); what a state or reason asks of you:",
-        "[troubleshooting](../operate/troubleshooting.md).",
+        "Every exported family, as the registry describes it; each enumerated label's values:",
+        "[label values](metric-labels-generated.md). What each means: [metrics](metrics.md); what",
+        "a state or reason asks of you: [troubleshooting](../operate/troubleshooting.md).",
         "",
         "| metric | type | labels | help |",
         "|---|---|---|---|",
@@ -120,7 +121,22 @@ def render() -> str:
         labels = ", ".join(f"`{name}`" for name in label_names(family))
         text = family.documentation.replace("|", "\\|")
         lines.append(f"| `{exported_name(family)}` | {family.type} | {labels} | {text} |")
-    lines += ["", "## Label values", "", "| metric and label | values |", "|---|---|"]
+    return "\n".join(lines) + "\n"
+
+
+def render_labels() -> str:
+    """docs/reference/metric-labels-generated.md: each enumerated label's values (a page of its
+    own, so the families' page keeps within the page size as metrics are added)."""
+    lines = [
+        HEADER,
+        "# Metric label values",
+        "",
+        "Each enumerated label's values, from the enumeration behind it. The families:",
+        "[metrics (generated)](metrics-generated.md).",
+        "",
+        "| metric and label | values |",
+        "|---|---|",
+    ]
     for key, enum in LABEL_ENUMS.items():
         lines.append(f"| `{key}` | " + ", ".join(f"`{m.value}`" for m in enum) + " |")
     lines += ["", "Labels without a fixed set of values:", ""]
