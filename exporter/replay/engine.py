@@ -32,6 +32,7 @@ from typing import Protocol
 from exporter.replay.perfect import WindowView
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.validation import require_int_at_least, require_positive
+from model.simulation.compiled_fleet import CompiledFleet, Fleet
 from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, Router, Simulator
 from model.simulation.workloads import RequestTrace
@@ -64,7 +65,7 @@ class Observer(Protocol):
 
     def observe(
         self,
-        sim: Simulator,
+        sim: Fleet,
         records: Sequence[IterationRecord],
         start_s: float,
         end_s: float,
@@ -118,7 +119,8 @@ class FleetSettings:
     sample_s: float = 1.0  # gauge samples inside a window
     max_jump_s: float = 1.0  # decode runs are cut so the gauges move smoothly
     router: Router = Router.ROUND_ROBIN
-    compiled_step: bool = True  # False: the simulator's numpy replica step (a reference)
+    # False: the Python event loop and the numpy replica step (`Simulator`, a reference).
+    compiled_step: bool = True
 
     def __post_init__(self) -> None:
         require_positive("window_s", self.window_s)
@@ -154,7 +156,7 @@ class ArmWindow:
     proposal: Proposal
     view: WindowView
     records: Sequence[IterationRecord]  # the fleet's iterations in the window
-    sim: Simulator  # the arm's fleet (read it, never drive it)
+    sim: Fleet  # the arm's fleet (read it, never drive it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +179,7 @@ class Step:
 @dataclass(slots=True)
 class _Running:
     arm: Arm
-    sim: Simulator
+    sim: Fleet
     provisioned: int
     status: list[ReplicaStatus] = field(default_factory=list)
     last: ArmWindow | None = None  # the arm's last window stepped
@@ -227,20 +229,20 @@ class Engine:
 
     def _start(self, arm: Arm) -> _Running:
         f = self.fleet
-        sim = Simulator(
-            f.params,
-            f.server,
-            replicas=require_int_at_least("initial_replicas", arm.initial_replicas, 0),
-            router=f.router,
-            kv_capacity_tokens=f.kv_capacity_tokens,
-            startup_delay_s=f.startup_delay_s,
-            max_jump_s=f.max_jump_s,
-            record_iterations=True,
-            compiled_step=f.compiled_step,
-        )
+        replicas = require_int_at_least("initial_replicas", arm.initial_replicas, 0)
+        sim: Fleet
+        if f.compiled_step:
+            sim = CompiledFleet(f.params, f.server, replicas=replicas, router=f.router,
+                                kv_capacity_tokens=f.kv_capacity_tokens,
+                                startup_delay_s=f.startup_delay_s, max_jump_s=f.max_jump_s)
+        else:
+            sim = Simulator(f.params, f.server, replicas=replicas, router=f.router,
+                            kv_capacity_tokens=f.kv_capacity_tokens,
+                            startup_delay_s=f.startup_delay_s, max_jump_s=f.max_jump_s,
+                            record_iterations=True, compiled_step=False)
         return _Running(arm, sim, arm.initial_replicas, sim.replica_status())
 
-    def fleets(self) -> list[tuple[str, Simulator]]:
+    def fleets(self) -> list[tuple[str, Fleet]]:
         """Each arm's name and fleet (read them, never drive them)."""
         return [(run.arm.policy.name, run.sim) for run in self._running]
 
@@ -309,11 +311,15 @@ class Engine:
     def _window(self, run: _Running, start_s: float, end_s: float) -> ArmWindow:
         sim, arm = run.sim, run.arm
         steps = int(round(self.fleet.window_s / self.fleet.sample_s))
-        samples = []
-        for j in range(1, steps + 1):
-            sim.advance(start_s + j * self.fleet.sample_s)
-            samples.append(sim.replica_status())
-        records = sim.drain_records()
+        times = [start_s + j * self.fleet.sample_s for j in range(1, steps + 1)]
+        if isinstance(sim, CompiledFleet):
+            samples = sim.advance_sampled(times)  # the window in one compiled call
+        else:
+            samples = []
+            for time_s in times:
+                sim.advance(time_s)
+                samples.append(sim.replica_status())
+        records: Sequence[IterationRecord] = sim.drain_records()
         view = arm.observer.observe(sim, records, start_s, end_s, run.status, samples)
         run.status = samples[-1]
         proposal = arm.policy.decide(view, end_s, run.provisioned)

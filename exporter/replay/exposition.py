@@ -34,8 +34,10 @@ from exporter.replay.pod_values import pod_values
 from exporter.testbed.emulator import DEFAULT_MAX_MODEL_LEN
 from exporter.testbed.emulator_metrics import ReplicaMetrics
 from model.queueing.validation import require_int_at_least
+from model.simulation.compiled_fleet import Fleet
+from model.simulation.records import WindowRecords
 from model.simulation.replica import IterationRecord, ReplicaState
-from model.simulation.simulator import ReplicaStatus, Simulator
+from model.simulation.simulator import ReplicaStatus
 
 # Every so many pod reads, the text path too, checked against the values (the first read is).
 TEXT_EVERY = 100
@@ -65,7 +67,7 @@ class PerfectObserver:
 
     def observe(
         self,
-        sim: Simulator,
+        sim: Fleet,
         records: Sequence[IterationRecord],
         start_s: float,
         end_s: float,
@@ -127,7 +129,7 @@ class ExpositionObserver:
 
     def observe(
         self,
-        sim: Simulator,
+        sim: Fleet,
         records: Sequence[IterationRecord],
         start_s: float,
         end_s: float,
@@ -135,10 +137,10 @@ class ExpositionObserver:
         samples: Sequence[Sequence[ReplicaStatus]],
     ) -> WindowView:
         requests = sim.requests
-        by_replica: dict[int, list[IterationRecord]] = {}
-        for record in records:
-            by_replica.setdefault(record.replica, []).append(record)
-        for index, own in by_replica.items():
+        cols = WindowRecords.of(records)
+        for index in dict.fromkeys(cols.replica.tolist()):  # in order of first record
+            own = cols if cols.replica[0] == cols.replica[-1] else cols.select(
+                cols.replica == index)
             self._replica(index, start_s).metrics.apply_all(own, requests)
         # Every row of the table has arrived by now (the engine offers a window's arrivals
         # before running it), so the refused ones can be counted up to the end.

@@ -46,6 +46,7 @@ from exporter.testbed.emulator_metrics import (
     length_histogram,
 )
 from model.baselines.throughput_analyzer import FleetState
+from model.simulation.records import WindowRecords
 from model.simulation.replica import IterationRecord, ReplicaState
 from model.simulation.simulator import ReplicaStatus, SimResult
 
@@ -109,11 +110,8 @@ def _mean_or_none(values: np.ndarray) -> float | None:
 
 def window_gaps(records: Sequence[IterationRecord]) -> tuple[np.ndarray, np.ndarray]:
     """The inter-token gaps (ms) of a window's iteration records and how many tokens had each."""
-    kept = [r for r in records if r.gap_s.size]
-    if not kept:
-        return np.empty(0), np.empty(0)
-    gaps = np.concatenate([r.gap_s for r in kept]) * MS_PER_S
-    return gaps, np.concatenate([r.gap_weight for r in kept]).astype(np.float64)
+    cols = WindowRecords.of(records)
+    return cols.gap_s * MS_PER_S, cols.gap_weight.astype(np.float64)
 
 
 def token_gap_ms(gap_ms: np.ndarray, gap_weight: np.ndarray) -> float | None:
@@ -238,7 +236,7 @@ def observe_window(
         kv_usage_ratio=float(np.mean(kv)) if kv else 0.0,
         max_kv_usage_ratio=max(kv) if kv else 0.0,
         waiting_requests=sum(s.waiting for s in after.values()),
-        generated_tokens_rps=sum(r.emitted_tokens for r in records) / span_s,
+        generated_tokens_rps=int(WindowRecords.of(records).emitted_tokens.sum()) / span_s,
         peak_waiting=max(sum(s.waiting for s in sample) for sample in samples),
         replica_starting=starting,
     )

@@ -34,6 +34,7 @@ from exporter.replay.engine import ArmWindow
 from exporter.replay.perfect import token_gap_ms, window_gaps
 from exporter.sizing.slo_targets import percentile_label
 from model import LatencyMetric
+from model.simulation.records import WindowRecords
 from model.simulation.replica import IterationRecord
 from model.simulation.request_table import RequestTable
 
@@ -120,8 +121,8 @@ class WindowTruth:
 
     @classmethod
     def of(cls, records: Sequence[IterationRecord], requests: RequestTable) -> WindowTruth:
-        firsts = _ids(r.first_token_ids for r in records)
-        done = _ids(r.finished_ids for r in records)
+        cols = WindowRecords.of(records)
+        firsts, done = cols.first_token_ids, cols.finished_ids
         n_out = requests.output_tokens[done]
         multi = done[n_out > 1]
         decode_s = requests.finish_s[multi] - requests.first_token_s[multi]
@@ -137,11 +138,6 @@ class WindowTruth:
         if target.metric is LatencyMetric.TTFT:
             return float(self.ttft_ms.mean()) if self.ttft_ms.size else None
         return token_gap_ms(self.gap_ms, self.gap_weight)
-
-
-def _ids(parts: Any) -> NDArray[np.int64]:
-    arrays = [p for p in parts if p.size]
-    return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
 
 
 @dataclass(slots=True)

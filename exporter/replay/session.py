@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.replay.blas import blas_threads
 from exporter.replay.engine import ApplyAsIs, Arm, ArrivalSource, Engine, FleetSettings, Step
 from exporter.replay.exposition import ExpositionObserver
 from exporter.replay.hpa import Hpa
@@ -152,27 +153,30 @@ def replay(
         {n: Scorecard.new(settings.deployment.slo, settings.window_s, judged_from_s(settings))
          for n in names},
     )  # fmt: skip
-    try:
-        for step in engine.steps(arrivals):
-            for window in step.arms:
-                result.cards[window.arm].add(window, step.windows)
-            result.windows += step.windows
-            result.windows_stepped = engine.windows_stepped
-            result.arrivals += step.arrivals
-            result.input_tokens += step.input_tokens
-            result.output_tokens += step.output_tokens
-            result.offered_rps.append(step.offered_rps)
-            if on_step is not None:
-                on_step(step, result)
-            if stop() and not arrivals.exhausted:
-                result.partial = True
-                break
-    finally:
-        for arm in arms:
-            if isinstance(arm.policy, OursPolicy):
-                params = arm.policy.params
-                result.final_params[arm.policy.name] = None if params is None else params.to_dict()
-                arm.policy.close()
+    # One BLAS thread: the policies run one process per core already (blas.py).
+    with blas_threads(1):
+        try:
+            for step in engine.steps(arrivals):
+                for window in step.arms:
+                    result.cards[window.arm].add(window, step.windows)
+                result.windows += step.windows
+                result.windows_stepped = engine.windows_stepped
+                result.arrivals += step.arrivals
+                result.input_tokens += step.input_tokens
+                result.output_tokens += step.output_tokens
+                result.offered_rps.append(step.offered_rps)
+                if on_step is not None:
+                    on_step(step, result)
+                if stop() and not arrivals.exhausted:
+                    result.partial = True
+                    break
+        finally:
+            for arm in arms:
+                if isinstance(arm.policy, OursPolicy):
+                    params = arm.policy.params
+                    result.final_params[arm.policy.name] = (None if params is None
+                                                            else params.to_dict())
+                    arm.policy.close()
     for name, sim in engine.fleets():
         result.rejected[name] = int(sim.requests.rejected[: sim.requests.size].sum())
     result.wall_s = time.perf_counter() - began

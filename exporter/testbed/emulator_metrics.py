@@ -23,10 +23,13 @@ from numpy.typing import NDArray
 from prometheus_client.metrics_core import Metric
 
 from model.calibration.histogram import WindowHistogram
+from model.simulation.bucket_kernel import bucket_add
+from model.simulation.records import WindowRecords
 from model.simulation.replica import IterationRecord
 from model.simulation.request_table import RequestTable
 
 FloatArray = NDArray[np.float64]
+_NO_WEIGHTS = np.empty(0)
 
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                   5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -103,8 +106,9 @@ class _Histogram:
     def observe(self, values: FloatArray, weights: FloatArray | None = None) -> None:
         if values.size == 0:
             return
-        idx = np.searchsorted(self.bounds, values, side="left")  # `le` buckets: v <= bound
-        self.counts += np.bincount(idx, weights=weights, minlength=self.counts.size)
+        # `le` buckets: a value counts in the first bound >= it.
+        bucket_add(self.bounds, values, _NO_WEIGHTS if weights is None else weights,
+                   self.counts)
         self.total += float(np.dot(values, weights) if weights is not None else values.sum())
 
     def copy(self) -> _Histogram:
@@ -257,19 +261,19 @@ class ReplicaMetrics:
         by one, each histogram observed once: a replay applies a window's records)."""
         if not records:
             return
+        cols = WindowRecords.of(records)
         obs: dict[str, tuple[FloatArray, FloatArray | None]] = {
-            "iteration": (np.array([float(r.tokens_per_iteration) for r in records]),
-                          np.array([float(r.iterations) for r in records])),
-            "itl": (np.concatenate([r.gap_s for r in records]),
-                    np.concatenate([r.gap_weight for r in records]).astype(np.float64)),
+            "iteration": (cols.tokens_per_iteration.astype(np.float64),
+                          cols.iterations.astype(np.float64)),
+            "itl": (cols.gap_s, cols.gap_weight.astype(np.float64)),
         }
-        first = np.concatenate([r.first_token_ids for r in records])
+        first = cols.first_token_ids
         prompt = cached = 0.0
         if first.size:
             obs["ttft"] = (requests.first_token_s[first] - requests.arrival_s[first], None)
             prompt = float(requests.input_tokens[first].sum())
             cached = float(requests.cached_tokens[first].sum())
-        done = np.concatenate([r.finished_ids for r in records])
+        done = cols.finished_ids
         if done.size:
             n_in = requests.input_tokens[done].astype(np.float64)
             n_out = requests.output_tokens[done].astype(np.float64)
@@ -288,8 +292,8 @@ class ReplicaMetrics:
             ):
                 obs[key] = (values, None)
         with self._lock:
-            self._counters["generation"] += sum(r.emitted_tokens for r in records)
-            self._counters["preemptions"] += sum(r.preemptions for r in records)
+            self._counters["generation"] += int(cols.emitted_tokens.sum())
+            self._counters["preemptions"] += int(cols.preemptions.sum())
             self._counters["prompt"] += prompt
             self._counters["cached"] += cached
             self._counters["success"] += done.size

@@ -15,6 +15,8 @@ from model.queueing.percentile_sizing import PercentileTarget
 from model.queueing.percentiles import LatencyMetric, latency_quantiles
 from model.queueing.sizing import max_rate_for_slo
 from model.queueing.variant import DEFAULT_MODEL, PAPER_MODEL, ModelOptions
+from model.simulation.bucket_kernel import bucket_add
+from model.simulation.compiled_fleet import CompiledFleet
 from model.simulation.simulator import simulate
 from model.simulation.workloads import RequestTrace
 
@@ -45,6 +47,17 @@ def compile_model_kernel() -> None:
     # The simulator's compiled replica step (a replay's), preemption included.
     trace = RequestTrace(np.array([0.0, 0.0, 0.1]), np.array([60, 50, 40]), np.array([30, 20, 5]))
     simulate(_PARAMS, _SERVER, trace, kv_capacity_tokens=150)
+    # A replay's compiled event loop, a fleet scaled up and down, and its histogram counting.
+    fleet = CompiledFleet(_PARAMS, _SERVER, kv_capacity_tokens=150, startup_delay_s=0.05,
+                          max_jump_s=0.01)
+    fleet.add_requests(trace)
+    fleet.set_replicas(2)
+    fleet.advance_sampled([0.05, 0.1])
+    fleet.set_replicas(1)
+    fleet.advance(1.0)
+    counts = np.zeros(3)
+    bucket_add(np.array([1.0, 2.0]), np.array([0.5, 3.0]), np.empty(0), counts)
+    bucket_add(np.array([1.0, 2.0]), np.array([1.5]), np.array([2.0]), counts)
 
 
 if __name__ == "__main__":

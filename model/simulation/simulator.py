@@ -268,40 +268,10 @@ class Simulator:
 
     def result(self) -> SimResult:
         """Records of every request that has arrived so far."""
-        t = self._requests
         n = self._next_arrival - (1 if self._arrival_queued else 0)
-        arrival = t.arrival_s[:n].copy()
-        n_out = t.output_tokens[:n].copy()
-        first, finish = t.first_token_s[:n].copy(), t.finish_s[:n].copy()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            itl = np.where(n_out > 1, (finish - first) * 1000.0 / (n_out - 1), np.nan)
-        completed = int(np.count_nonzero(~np.isnan(finish)))
-        rejected = int(np.count_nonzero(t.rejected[:n]))
-        arrays = {
-            "arrival_s": arrival,
-            "input_tokens": t.input_tokens[:n].copy(),
-            "output_tokens": n_out,
-            "replica": t.replica[:n].copy(),
-            "first_token_s": first,
-            "finish_s": finish,
-            "queue_ms": (t.first_sched_s[:n] - arrival) * 1000.0,
-            "ttft_ms": (first - arrival) * 1000.0,
-            "itl_ms": itl,
-            "e2e_ms": (finish - arrival) * 1000.0,
-            "request_preemptions": t.preemptions[:n].copy(),
-        }
-        for arr in arrays.values():
-            arr.setflags(write=False)
-        return SimResult(
-            end_s=self._now_s,
-            arrived=n,
-            completed=completed,
-            in_system=n - completed - rejected,
-            rejected=rejected,
-            iterations=sum(r.iterations for r in self._replicas),
-            preemptions=sum(r.preemptions for r in self._replicas),
-            **arrays,
-        )
+        return table_result(self._requests, n, self._now_s,
+                            sum(r.iterations for r in self._replicas),
+                            sum(r.preemptions for r in self._replicas))
 
     # -- event handlers -----------------------------------------------------------------------
 
@@ -402,6 +372,44 @@ class Simulator:
 
     def _push(self, time_s: float, priority: Priority, event: Event) -> None:
         heapq.heappush(self._heap, (time_s, int(priority), next(self._seq), event))
+
+
+def table_result(
+    t: RequestTable, n: int, end_s: float, iterations: int, preemptions: int
+) -> SimResult:
+    """The records of the first `n` requests of `t` (those arrived by `end_s`)."""
+    arrival = t.arrival_s[:n].copy()
+    n_out = t.output_tokens[:n].copy()
+    first, finish = t.first_token_s[:n].copy(), t.finish_s[:n].copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        itl = np.where(n_out > 1, (finish - first) * 1000.0 / (n_out - 1), np.nan)
+    completed = int(np.count_nonzero(~np.isnan(finish)))
+    rejected = int(np.count_nonzero(t.rejected[:n]))
+    arrays = {
+        "arrival_s": arrival,
+        "input_tokens": t.input_tokens[:n].copy(),
+        "output_tokens": n_out,
+        "replica": t.replica[:n].copy(),
+        "first_token_s": first,
+        "finish_s": finish,
+        "queue_ms": (t.first_sched_s[:n] - arrival) * 1000.0,
+        "ttft_ms": (first - arrival) * 1000.0,
+        "itl_ms": itl,
+        "e2e_ms": (finish - arrival) * 1000.0,
+        "request_preemptions": t.preemptions[:n].copy(),
+    }
+    for arr in arrays.values():
+        arr.setflags(write=False)
+    return SimResult(
+        end_s=end_s,
+        arrived=n,
+        completed=completed,
+        in_system=n - completed - rejected,
+        rejected=rejected,
+        iterations=iterations,
+        preemptions=preemptions,
+        **arrays,
+    )
 
 
 def simulate(

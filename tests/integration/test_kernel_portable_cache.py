@@ -36,7 +36,7 @@ codegen.get_host_cpu_features = lambda: ""
 import model
 from numba.core.registry import CPUDispatcher
 from model.queueing.kernel import arrivals, chain, latency, mean, samples, sizing, table
-from model.simulation import step_kernel
+from model.simulation import bucket_kernel, fleet_kernel, step_kernel
 server = model.ServerConfig(max_batch_size=256)
 target = model.PercentileTarget(model.LatencyMetric.TTFT, 0.95, 100.0)
 if sys.argv[1] == "full":
@@ -49,7 +49,8 @@ else:
     table.occupancy_logs(8)
     first = time.perf_counter() - started
 hits = misses = 0
-for module in (arrivals, chain, latency, mean, samples, sizing, table, step_kernel):
+for module in (arrivals, chain, latency, mean, samples, sizing, table, step_kernel,
+               fleet_kernel, bucket_kernel):
     for fn in vars(module).values():
         if isinstance(fn, CPUDispatcher):
             hits += sum(fn.stats.cache_hits.values())

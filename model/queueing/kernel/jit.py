@@ -16,7 +16,7 @@ numba keys a function's cached code to its own source file only, while the kerne
 call one another and read constants across its modules: after an edit (or a merge) of one
 module, the others' cached code would keep the old callee or constant. So every kernel
 function's cache is keyed to the contents of all the kernel's modules together, the
-simulator's compiled replica step (model/simulation/step_kernel.py) included.
+simulator's compiled replica step and event loop (model/simulation/*_kernel.py) included.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from numba.core import caching
 _F = TypeVar("_F", bound=Callable[..., object])
 _HERE = Path(__file__).resolve().parent
 _MODEL = _HERE.parents[1]
-_KERNEL_SOURCES = ("queueing/kernel/*.py", "simulation/step_kernel.py")  # under model/
+_KERNEL_SOURCES = ("queueing/kernel/*.py", "simulation/*_kernel.py")  # under model/
 
 
 @cache
