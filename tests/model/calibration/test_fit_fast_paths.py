@@ -1,7 +1,8 @@
 """The window fit's faster paths give what the slower ones they replaced gave, bit for bit:
 the Jacobian the trust-region fit builds itself (scipy's '2-point' forward differences with
-`diff_step`, without scipy's wrappers), the medians of small arrays, and the model evaluation a
-fit asks twice in a row."""
+`diff_step`, without scipy's wrappers), the trust-region steps taken without scipy's
+`least_squares` around them, the medians of small arrays, and the model evaluation a fit asks
+twice in a row."""
 
 from __future__ import annotations
 
@@ -46,6 +47,44 @@ def test_the_fit_takes_the_steps_scipy_takes_with_its_own_differences(
     )  # fmt: skip
     assert np.array_equal(ours, np.clip(theirs.x, LOG_LOWER, LOG_UPPER))
     assert not np.array_equal(ours, x0)  # the fit moved: the comparison has teeth
+
+
+def _scipy_fit(
+    objective: PenalizedProblem, x0: np.ndarray, max_nfev: int
+) -> tuple[np.ndarray, bool]:
+    out = least_squares(
+        objective.residuals, x0, jac=objective.forward_jacobian, method="trf",
+        ftol=TOLERANCE, xtol=TOLERANCE, gtol=1e-8, max_nfev=max_nfev,
+    )  # fmt: skip
+    return np.clip(out.x, LOG_LOWER, LOG_UPPER), out.status == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("batch", [32, 256, 4096])
+@pytest.mark.parametrize("max_nfev", [3, 100])
+def test_the_fit_steps_as_scipys_least_squares_with_the_same_evaluations(
+    seed: int, batch: int, max_nfev: int
+) -> None:
+    rng = np.random.default_rng(100 + seed)
+    server = ServerConfig(max_batch_size=batch)
+    shapes = [SHAPES[k] for k in rng.permutation(len(SHAPES))[: 1 + seed % 4]]
+    points = [(n, m, load) for n, m in shapes for load in LOADS[: 1 + seed % 3]]
+    obs = observations(TRUTH, server, points, rng, noise=0.02 + 0.1 * (seed % 3))
+    # Starts near and far from the truth, some overloading points (the penalty's branch).
+    factor = np.exp(rng.normal(0.0, 1.5, 3))
+    start = ServiceParams(*(np.array(TRUTH.as_tuple()) * factor))
+    results = []
+    for ours in (True, False):
+        problem = FitProblem(obs, server, itl_only=seed % 5 == 4)
+        objective = PenalizedProblem(problem, GENERIC_PRIOR if seed % 2 else None, 0.05,
+                                     rel_step=DIFF_STEP)  # fmt: skip
+        x0 = np.log(np.array(start.as_tuple())) if seed % 3 == 0 else _stable_start(problem, start)
+        found = (_trust_region if ours else _scipy_fit)(objective, x0, max_nfev)
+        results.append((found[0], found[1], problem.evaluations))
+    (x, limited, evaluations), (x_scipy, limited_scipy, evaluations_scipy) = results
+    assert np.array_equal(x, x_scipy)
+    assert limited == limited_scipy and evaluations == evaluations_scipy
+    assert limited == (max_nfev == 3)  # both ends reached: the cap and convergence
 
 
 def test_the_jacobian_is_evaluated_where_asked_when_the_residuals_there_are_not_at_hand() -> None:
