@@ -15,7 +15,7 @@ from scipy.optimize import least_squares
 
 from model import ServerConfig, ServiceParams
 from model.calibration.fit import DIFF_STEP, TOLERANCE, _stable_start, _trust_region
-from model.calibration.medians import column_medians, median
+from model.calibration.medians import column_medians, median, percentiles
 from model.calibration.prior import GENERIC_PRIOR
 from model.calibration.residuals import LOG_LOWER, LOG_UPPER, FitProblem, PenalizedProblem
 from tests.model.calibration.synthetic import LOADS, SHAPES, observations
@@ -109,6 +109,27 @@ def test_column_medians_are_numpys(rows: np.ndarray) -> None:
         expected, first = np.median(rows, axis=0), np.median(rows[:, 0])
     assert np.array_equal(column_medians(rows), expected, equal_nan=True)
     assert np.array_equal(median(rows[:, 0]), first, equal_nan=True)
+
+
+_POSITIVE = st.floats(min_value=1e-300, max_value=1e300, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    hnp.arrays(np.float64, st.integers(1, 40), elements=_POSITIVE | st.sampled_from([1.0, 2.5])),
+    st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=4),
+)
+def test_percentiles_are_numpys(values: np.ndarray, qs: list[float]) -> None:
+    expected = np.percentile(values, qs)
+    assert np.array_equal(np.array(percentiles(values, tuple(qs))), expected)
+
+
+def test_percentiles_of_the_spread_test_and_of_nothing() -> None:
+    rates = np.array([3.1, 0.7, 2.2, 9.4, 5.05, 1.9])
+    assert percentiles(rates, (20.0, 80.0)) == tuple(np.percentile(rates, (20.0, 80.0)))
+    assert percentiles(rates, (0.0, 100.0)) == (0.7, 9.4)
+    assert all(np.isnan(v) for v in percentiles(np.empty(0), (20.0, 80.0)))
+    assert all(np.isnan(v) for v in percentiles(np.array([1.0, np.nan]), (50.0,)))
 
 
 def test_medians_of_nothing_are_nan() -> None:
