@@ -6,6 +6,8 @@ twice in a row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,7 +19,13 @@ from model import ServerConfig, ServiceParams
 from model.calibration.fit import DIFF_STEP, TOLERANCE, _stable_start, _trust_region
 from model.calibration.medians import column_medians, median, percentiles
 from model.calibration.prior import GENERIC_PRIOR
-from model.calibration.residuals import LOG_LOWER, LOG_UPPER, FitProblem, PenalizedProblem
+from model.calibration.residuals import (
+    LOG_LOWER,
+    LOG_UPPER,
+    UNSTABLE_RESIDUAL,
+    FitProblem,
+    PenalizedProblem,
+)
 from tests.model.calibration.synthetic import LOADS, SHAPES, observations
 
 TRUTH = ServiceParams(6.68, 2.01e-2, 5.52e-5)
@@ -85,6 +93,43 @@ def test_the_fit_steps_as_scipys_least_squares_with_the_same_evaluations(
     assert np.array_equal(x, x_scipy)
     assert limited == limited_scipy and evaluations == evaluations_scipy
     assert limited == (max_nfev == 3)  # both ends reached: the cap and convergence
+
+
+def _numpy_residuals(problem: FitProblem, theta: np.ndarray) -> np.ndarray:
+    """The residuals as the numpy assembly gives them, from the model's predictions."""
+    ttft, itl, sat = problem.predict_many(theta)
+    errors = np.stack(
+        [(ttft - problem.ttft_ms) / problem.ttft_ms, (itl - problem.itl_ms) / problem.itl_ms], 2
+    )
+    penalty = UNSTABLE_RESIDUAL * (problem.rate_rps / sat)[:, :, np.newaxis]
+    errors = np.where(np.isfinite(errors), errors, penalty)
+    weighted = (errors * problem.sqrt_weight[:, np.newaxis])[:, :, problem.metrics]
+    flat: np.ndarray = weighted.transpose(0, 2, 1).reshape(theta.shape[0], -1)
+    return flat
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_compiled_residuals_are_the_numpy_assemblys(seed: int) -> None:
+    rng = np.random.default_rng(300 + seed)
+    server = ServerConfig(max_batch_size=[16, 256, 4096][seed % 3])
+    points = [(n, m, load) for n, m in SHAPES[: 1 + seed % 4] for load in LOADS]
+    obs = observations(TRUTH, server, points, rng, noise=0.05)
+    weights = rng.uniform(0.2, 3.0, len(obs))
+    obs = [replace(o, weight=float(w)) for o, w in zip(obs, weights, strict=True)]
+    problem = FitProblem(obs, server, itl_only=seed % 2 == 1)
+    assert len(problem.groups) == 1  # the compiled path
+    # Around the truth and up to 4x slower parameters: some points overloaded (the penalty).
+    xs = [np.log(np.array(TRUTH.as_tuple())) + rng.normal(0.0, 0.5, 3) for _ in range(4)]
+    xs.append(np.log(np.array(TRUTH.as_tuple()) * 4.0))
+    theta = np.exp(np.clip(np.array(xs), LOG_LOWER, LOG_UPPER))
+    found = np.array(problem.residuals_many(xs))
+    assert np.array_equal(found, _numpy_residuals(problem, theta))
+    assert np.any(found >= UNSTABLE_RESIDUAL * 0.5)  # a penalty among them
+    before = problem.evaluations
+    one = problem.residuals_many([xs[0]])[0]  # compiled, then kept
+    again = problem.residuals_many([xs[0].copy()])[0]  # served from what was kept
+    assert np.array_equal(one, found[0]) and np.array_equal(again, found[0])
+    assert problem.evaluations == before + 2
 
 
 def test_the_jacobian_is_evaluated_where_asked_when_the_residuals_there_are_not_at_hand() -> None:
