@@ -63,6 +63,7 @@ from exporter.collector.saturation import Saturation
 from exporter.config.values import SloConfig
 from exporter.sizing.forecast import Forecast
 from model.calibration.estimate import TunerEstimate
+from model.calibration.medians import median, percentiles
 from model.calibration.observation import Observation
 from model.calibration.trust import SPREAD_QUANTILES, SPREAD_RATIO, spread_loads
 
@@ -408,9 +409,9 @@ def spread_beyond_noise(rates_rps: NDArray[np.float64], window_s: float, pods: i
     finite = rates_rps[np.isfinite(rates_rps) & (rates_rps > 0)]
     if finite.size < NOISE_MIN_POINTS or window_s <= 0 or pods < 1:
         return False
-    count = float(np.median(finite)) * window_s * pods
+    count = median(finite) * window_s * pods
     noise = math.exp(2.0 * QUARTILE_Z / math.sqrt(max(count, 1.0)))
-    low, high = np.percentile(finite, SPREAD_QUANTILES)
+    low, high = percentiles(finite, SPREAD_QUANTILES)
     return bool(high >= SPREAD_RATIO * noise * low)
 
 

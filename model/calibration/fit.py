@@ -36,8 +36,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import least_squares, minimize
+from scipy.optimize import minimize
 
+from model.calibration import trust_region
 from model.calibration.medians import median
 from model.calibration.observation import Observation
 from model.calibration.prior import Prior
@@ -72,7 +73,7 @@ START_MAX_LOAD = 0.9  # the start is scaled so every observation is below this l
 class FitMethod(StrEnum):
     """Optimizer of the fit."""
 
-    TRUST_REGION = "trust_region"  # scipy least_squares "trf" on the residual vector
+    TRUST_REGION = "trust_region"  # scipy least_squares "trf" steps on the residual vector
     NELDER_MEAD = "nelder_mead"  # the reference's optimizer and settings (spec §5)
 
 
@@ -297,13 +298,13 @@ def _stable_start(problem: FitProblem, start: ServiceParams) -> FloatArray:
 def _trust_region(
     objective: PenalizedProblem, x0: FloatArray, max_nfev: int
 ) -> tuple[FloatArray, bool]:
-    out = least_squares(
+    # scipy's least_squares "trf" steps (model/calibration/trust_region.py), with its
+    # forward differences at DIFF_STEP, the three columns in one model call
+    # (PenalizedProblem.forward_jacobian).
+    out = trust_region.solve(
         objective.residuals,
+        objective.forward_jacobian,
         x0,
-        # scipy's forward differences with diff_step DIFF_STEP, the three columns in one model
-        # call (PenalizedProblem.forward_jacobian).
-        jac=objective.forward_jacobian,
-        method="trf",
         ftol=TOLERANCE,
         xtol=TOLERANCE,
         gtol=1e-8,

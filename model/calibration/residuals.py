@@ -20,6 +20,8 @@ from numpy.typing import NDArray
 from model.calibration.observation import Observation
 from model.calibration.prior import Prior
 from model.queueing.analyzer import point_latencies
+from model.queueing.chain import kernel_inputs
+from model.queueing.kernel import mean as kernel_mean
 from model.queueing.params import ServerConfig, ServiceParams
 from model.queueing.variant import DEFAULT_MODEL, ModelOptions
 
@@ -149,7 +151,28 @@ class FitProblem:
         """Weighted residual vectors [TTFT errors, ITL errors] (ITL errors alone with
         `itl_only`) at each log-parameter vector; overloaded points get a finite penalty growing
         with the overload."""
-        theta = np.exp(np.clip(np.array(xs), LOG_LOWER, LOG_UPPER))  # as params_from_log
+        return list(self.residual_rows(np.array(xs)))
+
+    def residual_rows(self, xs: FloatArray) -> FloatArray:
+        """`residuals_many` as the rows of one array, at the rows of xs (P, 3)."""
+        # As params_from_log (np.clip's layers cost more than the model call at B = 256).
+        theta = np.exp(np.minimum(np.maximum(xs, LOG_LOWER), LOG_UPPER))
+        key = theta.tobytes() if theta.shape[0] == 1 else None
+        if len(self.groups) == 1 and (key is None or self._last is None or self._last[0] != key):
+            # One group (the window fit's case): the model call and the residuals' assembly in
+            # one compiled call, the same numbers as the numpy assembly below.
+            self.evaluations += theta.shape[0]
+            cfg, options = self.groups[0][0], self.groups[0][1]
+            weighted, predicted = kernel_mean.point_residuals(
+                self.n_tokens, self.m_tokens, self.rate_rps, self.synchronous, theta,
+                *kernel_inputs(cfg, options), self.ttft_ms, self.itl_ms, self.sqrt_weight,
+                self.metrics.start, UNSTABLE_RESIDUAL,
+            )  # fmt: skip
+            if key is not None:
+                predicted.flags.writeable = False  # shared with the next call that asks the same
+                self._last = (key, (predicted[0], predicted[1], predicted[2]))
+            rows: FloatArray = weighted
+            return rows
         ttft, itl, sat = self.predict_many(theta)
         errors = np.stack(
             [(ttft - self.ttft_ms) / self.ttft_ms, (itl - self.itl_ms) / self.itl_ms], 2
@@ -157,8 +180,8 @@ class FitProblem:
         penalty = UNSTABLE_RESIDUAL * (self.rate_rps / sat)[:, :, np.newaxis]
         errors = np.where(np.isfinite(errors), errors, penalty)
         weighted = (errors * self.sqrt_weight[:, np.newaxis])[:, :, self.metrics]
-        weighted = weighted.transpose(0, 2, 1)
-        return list(weighted.reshape(theta.shape[0], -1))
+        flat: FloatArray = weighted.transpose(0, 2, 1).reshape(theta.shape[0], -1)
+        return flat
 
     def residuals(self, x: FloatArray) -> FloatArray:
         """`residuals_many` at one log-parameter vector."""
@@ -190,7 +213,7 @@ class PenalizedProblem:
             self._scale = noise_level / np.array(prior.log_sigma)
 
     def residuals(self, x: FloatArray) -> FloatArray:
-        out = self.residuals_many([x])[0]
+        out: FloatArray = self.residual_rows(x[np.newaxis, :])[0]
         self._last = (x.copy(), out)
         return out
 
@@ -207,27 +230,27 @@ class PenalizedProblem:
         h = self.rel_step * sign * np.abs(x)
         # A step lost to rounding falls back to sqrt(eps) max(1, |x|), as scipy does.
         h = np.where((x + h) - x == 0, _SQRT_EPS * sign * np.maximum(1.0, np.abs(x)), h)
-        shifted = []
-        for k in range(x.size):
-            xk = np.copy(x)
-            xk[k] = x[k] + h[k]
-            shifted.append(xk)
-        found = self.residuals_many(shifted)
-        columns = np.empty((x.size, f0.size))
-        for k in range(x.size):
-            columns[k] = (found[k] - f0) / ((x[k] + h[k]) - x[k])
+        shifted = np.tile(x, (x.size, 1))  # row k: x with x_k + h_k
+        diagonal = np.arange(x.size)
+        shifted[diagonal, diagonal] = x + h
+        found = self.residual_rows(shifted)
+        columns = (found - f0) / ((x + h) - x)[:, np.newaxis]
         out: FloatArray = columns.T
         return out
 
     def residuals_many(self, xs: Sequence[FloatArray]) -> list[FloatArray]:
         """`residuals` at each log-parameter vector, evaluated in one model call."""
-        data = self.problem.residuals_many(xs)
+        return list(self.residual_rows(np.array(xs)))
+
+    def residual_rows(self, xs: FloatArray) -> FloatArray:
+        """`residuals_many` as the rows of one array, at the rows of xs (P, 3)."""
+        data = self.problem.residual_rows(xs)
         if self._centre is None:
             return data
-        return [
-            np.concatenate([d, self._scale * (x - self._centre)])
-            for d, x in zip(data, xs, strict=True)
-        ]
+        out = np.empty((data.shape[0], data.shape[1] + xs.shape[1]))
+        out[:, : data.shape[1]] = data
+        out[:, data.shape[1] :] = self._scale * (xs - self._centre)
+        return out
 
 
 def params_from_log(x: FloatArray) -> ServiceParams:

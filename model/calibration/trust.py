@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from model.calibration.medians import column_medians, median
+from model.calibration.medians import column_medians, median, percentiles
 from model.calibration.observation import Observation
 from model.calibration.residuals import FitProblem
 from model.queueing.params import ServerConfig, ServiceParams
@@ -202,7 +202,7 @@ def spread_loads(rates_rps: FloatArray) -> bool:
     rates = rates_rps[np.isfinite(rates_rps) & (rates_rps > 0)]
     if rates.size < 2:
         return False
-    low, high = np.percentile(rates, SPREAD_QUANTILES)
+    low, high = percentiles(rates, SPREAD_QUANTILES)
     return bool(high >= SPREAD_RATIO * low)
 
 

@@ -259,3 +259,39 @@ def point_outputs(
                          log_p, w, sol, col)  # fmt: skip
             out[:, p * points + k] = col
     return out
+
+
+@compiled
+def point_residuals(
+    n: FloatArray, m: FloatArray, rates_rps: FloatArray, synchronous: NDArray[np.bool_],
+    theta: FloatArray, work: FloatArray, opts: FloatArray, log_occ: FloatArray,
+    ttft_ms: FloatArray, itl_ms: FloatArray, sqrt_weight: FloatArray, first_metric: int,
+    penalty_per_load: float,
+) -> tuple[FloatArray, FloatArray]:
+    """A fit's weighted relative residuals of K points under each of P parameter vectors
+    (`point_outputs`), in one call: row p holds (pred - meas) / meas x sqrt(weight) of the
+    TTFTs (from first_metric 0; 1 leaves them out), then of the ITLs; where that is not
+    finite (an overloaded point), penalty_per_load x rate / saturation rate instead. Also the
+    predictions (TTFT, ITL, saturation rate) as (3, P, K). The same operations as the numpy
+    assembly in model/calibration/residuals.py, element by element."""
+    count, points = theta.shape[0], n.shape[0]
+    out = point_outputs(n, m, rates_rps, synchronous, theta, work, opts, log_occ)
+    metrics = 2 - first_metric
+    residuals = np.empty((count, metrics * points))
+    predicted = np.empty((3, count, points))
+    for p in range(count):
+        for k in range(points):
+            ttft, itl = out[TTFT, p * points + k], out[ITL, p * points + k]
+            saturation = out[SATURATION, p * points + k]
+            predicted[0, p, k], predicted[1, p, k], predicted[2, p, k] = ttft, itl, saturation
+            penalty = penalty_per_load * (rates_rps[k] / saturation)
+            ttft_error = (ttft - ttft_ms[k]) / ttft_ms[k]
+            itl_error = (itl - itl_ms[k]) / itl_ms[k]
+            if not np.isfinite(ttft_error):
+                ttft_error = penalty
+            if not np.isfinite(itl_error):
+                itl_error = penalty
+            if first_metric == 0:
+                residuals[p, k] = ttft_error * sqrt_weight[k]
+            residuals[p, (1 - first_metric) * points + k] = itl_error * sqrt_weight[k]
+    return residuals, predicted
