@@ -77,7 +77,8 @@ class CompiledFleet:
         self._now_s = 0.0
         self._records: list[WindowRecords] = []
         for _ in range(replicas):
-            self._ri[self._new_replica(), fk.STATE] = fk.READY
+            i = self._new_replica()  # may grow the arrays: index them after the call
+            self._ri[i, fk.STATE] = fk.READY
 
     @property
     def now_s(self) -> float:

@@ -22,9 +22,10 @@ from tests.model.simulation.test_step_kernel import CASES, PARAMS, _trace
 SCALING = {20: 4, 25: 2, 60: 1, 150: 3, 200: 2}
 
 
-def _run(compiled: bool, seed: int, cached: bool, case: dict[str, Any], *, chunks: bool
+def _run(compiled: bool, seed: int, cached: bool, case: dict[str, Any], *, chunks: bool,
+         replicas: int = 2
          ) -> tuple[SimResult, list[IterationRecord], list[list[ReplicaStatus]], float]:
-    kw: dict[str, Any] = dict(replicas=2, router=case.get("router", Router.ROUND_ROBIN),
+    kw: dict[str, Any] = dict(replicas=replicas, router=case.get("router", Router.ROUND_ROBIN),
                               kv_capacity_tokens=case["kv_capacity_tokens"],
                               startup_delay_s=10.0, max_jump_s=1.0)
     sim: Simulator | CompiledFleet
@@ -85,6 +86,17 @@ def test_compiled_loop_equals_the_python_loop(name: str, seed: int, cached: bool
                                    b.emitted_tokens, b.preemptions)
         for field in ("gap_s", "gap_weight", "first_token_ids", "finished_ids"):
             assert np.array_equal(getattr(a, field), getattr(b, field)), field
+
+
+def test_a_fleet_started_larger_than_its_first_arrays_equals_the_python_loop() -> None:
+    """The replica arrays start with room for 8; a fleet started at 12 (the replay's fixed
+    fleets at `replicas.max`) grows them while it is built, and runs as `Simulator` does."""
+    case = CASES["kv-limit-preempting"]
+    want, want_records, want_status, _ = _run(False, 3, False, case, chunks=True, replicas=12)
+    got, got_records, got_status, _ = _run(True, 3, False, case, chunks=True, replicas=12)
+    assert len(got_status[0]) == 12
+    assert want_status == got_status and len(want_records) == len(got_records)
+    assert np.array_equal(want.finish_s, got.finish_s, equal_nan=True)
 
 
 def test_the_runs_cover_the_loops_harder_paths() -> None:
