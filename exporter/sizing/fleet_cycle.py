@@ -197,6 +197,15 @@ class FleetSizer:
             )  # fmt: skip
             plan = keep_one(self.planner.decide(now_s, inp), inp)
             self._desired.update(plan.desired)
+            held = self.planner.last_input
+            if held is not None:  # the capacities and demand the plan counted on
+                inp = held
+                demand = {m.name: m.demand_rps for m in held.models}
+                statuses = {
+                    v.name: replace(statuses[v.name], capacity_rps=v.sizing_capacity_rps(
+                        held.untrusted_margin))
+                    for v in held.variants
+                }  # fmt: skip
         self._apply(decisions, plan)
         self.last = FleetStatus(plan=plan, demand_rps=demand, gpus_available=available,
                                 variants=statuses, inputs=inp, desired=dict(self._desired))

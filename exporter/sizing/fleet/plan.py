@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from exporter.sizing.fleet.evaluate import SAME_RELATIVE, cost_per_hour, gpus_by_type, rank
+from exporter.sizing.fleet.evaluate import (
+    SAME_RELATIVE,
+    allocation,
+    cost_per_hour,
+    gpus_by_type,
+    rank,
+    within_limits,
+)
 from exporter.sizing.fleet.milp import solve
+from exporter.sizing.fleet.steady import CapacityHold, StickyDemand
 from exporter.sizing.fleet.values import (
     Allocation,
     FleetInput,
@@ -34,32 +42,113 @@ _PLAN_ORDER = (
 )
 
 
-def choose(inp: FleetInput) -> tuple[Allocation, set[str]]:
-    """The plan to run and the models kept on their current mix: the least-cost plan, unless
-    the current mix (the variants with replicas now, resized for the demand) serves as much
-    demand at every priority and costs less than 1 / (1 - switch_saving) times as much.
-    Both solves share the input's solver time: the second gets what the first left, at least
-    a tenth (a solve out of time keeps the better of its best plan and the greedy one)."""
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The plan to run, the models kept on a mix that is not the least-cost one, and what the
+    least-cost plan would save per hour ($) where it is held off only until it pays back the
+    replicas a switch strands (0: nothing held off)."""
+
+    plan: Allocation
+    kept: set[str]
+    held_off_saving_per_hour: float = 0.0
+
+
+def choose(
+    inp: FleetInput, previous: Mapping[str, int] | None = None, credit: float | None = None
+) -> Choice:
+    """The plan to run: the least-cost plan, unless the current mix (the variants with
+    replicas now that the previous target kept, resized for the demand) serves as
+    much demand at every priority and costs less than 1 / (1 - switch_saving) times as much.
+    The previous target itself is kept, unresized, when it serves as much and the least-cost
+    plan saves less than that share on it: a scale-up is never held back (the previous
+    target must serve as much), a small saving does not move the plan.
+
+    `credit` ($): what the least-cost mix has saved over the kept one so far (the caller
+    adds each cycle's `held_off_saving_per_hour` times its length). A switch strands the
+    replicas it scales down for their stabilization window; the kept mix stays until the
+    credit pays for them (break-even, as renting until the rent paid would have bought):
+    a cheaper mix that lasts less than that is never switched to and back. None: no such
+    wait (a one-off plan).
+
+    Both solves share the input's solver time: the second gets what the first left, at
+    least a tenth (a solve out of time keeps the better of its best plan and the greedy
+    one)."""
     began = time.perf_counter()
     best = solve(inp)
+    if previous is not None:
+        held = _previous_kept(inp, best, previous)
+        if held is not None:
+            return held
+    in_use = _in_use(inp, previous)
     caps: dict[str, int] = {}
     for m in inp.models:
         own = inp.own(m.name)
-        if any(v.current_replicas > 0 for v in own):  # with nothing running, no mix to keep
-            caps.update({v.name: 0 for v in own if v.current_replicas == 0})
+        if any(in_use[v.name] for v in own):  # with nothing running, no mix to keep
+            caps.update({v.name: 0 for v in own if not in_use[v.name]})
     if all(best.replicas[name] <= cap for name, cap in caps.items()):
-        return best, set()
+        return Choice(best, set())
     limit_s = inp.solve_time_limit_s
     left_s = max(limit_s - (time.perf_counter() - began), 0.1 * limit_s)
     kept = solve(replace(inp, solve_time_limit_s=left_s), caps)
+    if not _serves_as_much(inp, kept, best):
+        return Choice(best, set())
+    changed = {v.model for v in inp.variants if kept.replicas[v.name] != best.replicas[v.name]}
+    if _keeps(inp, kept, best):
+        return Choice(kept, changed)
+    if credit is not None and credit < stranded_cost(inp, kept.replicas, best.replicas):
+        return Choice(kept, changed, kept.cost_per_hour - best.cost_per_hour)
+    return Choice(best, set())
+
+
+def stranded_cost(inp: FleetInput, kept: Mapping[str, int], best: Mapping[str, int]) -> float:
+    """What switching from `kept` to `best` pays ($) for the replicas it scales down while
+    their stabilization windows hold them."""
+    return sum(
+        max(kept[v.name] - best[v.name], 0) * v.cost_per_replica_hour * v.stabilization_s / 3600.0
+        for v in inp.variants
+    )
+
+
+def _in_use(inp: FleetInput, previous: Mapping[str, int] | None) -> dict[str, bool]:
+    """The variants of the mix to keep: those with replicas now that the previous target
+    (where there is one) kept. Replicas held only by stabilization or make-before-break are
+    on their way out, not the mix."""
+    return {
+        v.name: v.current_replicas > 0 and (previous is None or previous.get(v.name, 1) > 0)
+        for v in inp.variants
+    }
+
+
+def _serves_as_much(inp: FleetInput, kept: Allocation, best: Allocation) -> bool:
     levels_kept, levels_best = rank(inp, kept)[:-1], rank(inp, best)[:-1]
-    serves_as_much = all(
+    return all(
         k <= b + SAME_RELATIVE * (1.0 + b) for k, b in zip(levels_kept, levels_best, strict=True)
     )
-    if not serves_as_much or best.cost_per_hour < (1.0 - inp.switch_saving) * kept.cost_per_hour:
-        return best, set()
-    changed = {v.model for v in inp.variants if kept.replicas[v.name] != best.replicas[v.name]}
-    return kept, changed
+
+
+def _keeps(inp: FleetInput, kept: Allocation, best: Allocation) -> bool:
+    """`kept` serves as much at every priority and costs less than 1 / (1 - switch_saving)
+    times `best`."""
+    return _serves_as_much(inp, kept, best) and (
+        best.cost_per_hour >= (1.0 - inp.switch_saving) * kept.cost_per_hour
+    )
+
+
+def _previous_kept(
+    inp: FleetInput, best: Allocation, previous: Mapping[str, int]
+) -> Choice | None:
+    """The previous target as it stands, when it is still a plan (within every bound and the
+    inventory) that `_keeps` against the least-cost one; None otherwise."""
+    if any(v.name not in previous for v in inp.variants):
+        return None
+    counts = {v.name: previous[v.name] for v in inp.variants}
+    if not within_limits(inp, counts):
+        return None
+    kept = replace(allocation(inp, counts), optimal=best.optimal)
+    if not _keeps(inp, kept, best):
+        return None
+    changed = {v.model for v in inp.variants if counts[v.name] != best.replicas[v.name]}
+    return Choice(kept, changed)
 
 
 def model_reasons(inp: FleetInput, plan: Allocation, kept: set[str]) -> dict[str, PlanReason]:
@@ -121,13 +210,52 @@ def within_inventory(
 
 
 class FleetPlanner:
-    """The fleet decision across cycles: each variant's scale-down stabilization window."""
+    """The fleet decision across cycles: each variant's scale-down stabilization window, its
+    published capacity and each model's demand held steady (exporter/sizing/fleet/steady.py),
+    and the previous target the next one must save enough on to replace."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, steady: bool = True) -> None:
+        """`steady` False: plan on the inputs as given (a one-off plan, a test)."""
         self._windows: dict[str, tuple[tuple[int, float], ScaleDownWindow]] = {}
+        self._steady = steady
+        self.capacities = CapacityHold()
+        self.demand = StickyDemand()
+        self._previous: dict[str, int] | None = None
+        self._credit = 0.0  # $ a held-off cheaper mix has saved so far (see choose)
+        self._last_s: float | None = None
+        self.last_input: FleetInput | None = None  # the last plan's input, as held
+
+    def held(self, inp: FleetInput) -> FleetInput:
+        """`inp` with each variant's capacity and each model's demand as published."""
+        if not self._steady:
+            return inp
+        variants = []
+        for v in inp.variants:
+            if v.trusted or v.prior_capacity_rps is None:
+                v = replace(v, capacity_rps=self.capacities.publish(v.name, v.capacity_rps,
+                                                                    v.trusted))
+            else:
+                prior = self.capacities.publish(v.name, v.prior_capacity_rps, v.trusted)
+                v = replace(v, prior_capacity_rps=prior)
+            variants.append(v)
+        models = tuple(replace(m, demand_rps=self.demand.publish(m.name, m.demand_rps))
+                       for m in inp.models)  # fmt: skip
+        return replace(inp, models=models, variants=tuple(variants))
+
     def decide(self, now_s: float, inp: FleetInput) -> FleetPlan:
         """This cycle's plan at wall time now_s (s)."""
-        chosen, kept = choose(inp)
+        inp = self.held(inp)
+        self.last_input = inp
+        if not self._steady:
+            choice = choose(inp)
+        else:
+            choice = choose(inp, self._previous, self._credit)
+            saving = choice.held_off_saving_per_hour
+            elapsed_s = 0.0 if self._last_s is None else max(now_s - self._last_s, 0.0)
+            self._credit = self._credit + saving * elapsed_s / 3600.0 if saving > 0 else 0.0
+            self._last_s = now_s
+        chosen, kept = choice.plan, choice.kept
+        self._previous = {**(self._previous or {}), **chosen.replicas}
         target = dict(chosen.replicas)
         holds = replacement_holds(inp, target)
         wanted = {

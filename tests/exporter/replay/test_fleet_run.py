@@ -191,7 +191,10 @@ def test_the_oracle_with_foresight_scales_up_before_the_step(tmp_path: Path) -> 
     from exporter.replay.fleet_policies import PlannerPolicy, TrueEstimates
 
     setup = setup_of(tmp_path)
-    low, high = trace(1.0, 300.0), trace(12.0, 300.0, seed=1)
+    # One H100 carries about 48 req/s of these lengths; the step's 48 req/s (60 planned with
+    # the margin) needs a second replica. (The running H100 is kept on the low rate: the
+    # L40S mix would pay back the H100 it strands only after 7 minutes.)
+    low, high = trace(1.0, 300.0), trace(48.0, 300.0, seed=1)
     step = RequestTrace(np.concatenate([low.arrival_s, high.arrival_s + 300.0]),
                         np.concatenate([low.input_tokens, high.input_tokens]),
                         np.concatenate([low.output_tokens, high.output_tokens]))
