@@ -237,6 +237,7 @@ class FleetSizer:
             capacity_rps=capacity, min_replicas=dep.min_replicas, max_replicas=dep.max_replicas,
             current_replicas=max(seen, self._desired.get(dep.name, 0)), ready_replicas=seen,
             trusted=trusted, stabilization_s=dep.scale_down_stabilization_s,
+            startup_delay_s=dep.startup_delay_s or 0.0,
         )  # fmt: skip
         source = self._transfers.get(dep.name)
         status = VariantStatus(

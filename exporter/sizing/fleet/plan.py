@@ -65,8 +65,9 @@ def choose(
 
     `credit` ($): what the least-cost mix has saved over the kept one so far (the caller
     adds each cycle's `held_off_saving_per_hour` times its length). A switch strands the
-    replicas it scales down for their stabilization window; the kept mix stays until the
-    credit pays for them (break-even, as renting until the rent paid would have bought):
+    replicas it scales down for their stabilization window and pays for the replicas it adds
+    while they start (`switch_cost`); the kept mix stays until the credit pays for that
+    (break-even, as renting until the rent paid would have bought):
     a cheaper mix that lasts less than that is never switched to and back. None: no such
     wait (a one-off plan).
 
@@ -95,18 +96,21 @@ def choose(
     changed = {v.model for v in inp.variants if kept.replicas[v.name] != best.replicas[v.name]}
     if _keeps(inp, kept, best):
         return Choice(kept, changed)
-    if credit is not None and credit < stranded_cost(inp, kept.replicas, best.replicas):
+    if credit is not None and credit < switch_cost(inp, kept.replicas, best.replicas):
         return Choice(kept, changed, kept.cost_per_hour - best.cost_per_hour)
     return Choice(best, set())
 
 
-def stranded_cost(inp: FleetInput, kept: Mapping[str, int], best: Mapping[str, int]) -> float:
-    """What switching from `kept` to `best` pays ($) for the replicas it scales down while
-    their stabilization windows hold them."""
+def switch_cost(inp: FleetInput, kept: Mapping[str, int], best: Mapping[str, int]) -> float:
+    """What switching from `kept` to `best` pays ($) beyond running `best`: the replicas it
+    scales down, while their stabilization windows hold them, and the replicas it adds,
+    while they start (their startup delay)."""
     return sum(
-        max(kept[v.name] - best[v.name], 0) * v.cost_per_replica_hour * v.stabilization_s / 3600.0
+        (max(kept[v.name] - best[v.name], 0) * v.stabilization_s
+         + max(best[v.name] - kept[v.name], 0) * v.startup_delay_s)
+        * v.cost_per_replica_hour / 3600.0
         for v in inp.variants
-    )
+    )  # fmt: skip
 
 
 def _in_use(inp: FleetInput, previous: Mapping[str, int] | None) -> dict[str, bool]:

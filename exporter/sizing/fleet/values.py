@@ -85,6 +85,7 @@ class Variant:
     trusted: bool = True
     prior_capacity_rps: float | None = None
     stabilization_s: float = DEFAULT_STABILIZATION_S  # scale-down window, as a deployment's
+    startup_delay_s: float = 0.0  # from asked for to ready (s): a new replica's cost unserved
 
     def __post_init__(self) -> None:
         key = f"variants.{self.name}"
@@ -100,6 +101,8 @@ class Variant:
         _require(self.ready_replicas >= 0, f"{key}.ready_replicas", self.ready_replicas)
         window = self.stabilization_s
         _require(math.isfinite(window) and window >= 0, f"{key}.stabilization_s", window)
+        delay = self.startup_delay_s
+        _require(math.isfinite(delay) and delay >= 0, f"{key}.startup_delay_s", delay)
 
     @property
     def cost_per_replica_hour(self) -> float:

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from exporter.sizing.fleet.plan import FleetPlanner
+from exporter.sizing.fleet.plan import FleetPlanner, switch_cost
 from exporter.sizing.fleet.steady import BAND_CEILING, BAND_FLOOR, CapacityHold, StickyDemand
 from exporter.sizing.fleet.values import FleetInput, FleetModel, Variant
 
@@ -124,3 +124,14 @@ def test_a_cheaper_mix_is_switched_to_once_it_pays_back_the_stranded_replicas() 
     # A one-off plan (no history to wait on) switches at once.
     assert FleetPlanner(steady=False).decide(0.0, with_counts(
         fleet(h, cheap, demand=10.0), {"h": 4})).target == {"h": 0, "l": 10}
+
+
+def test_a_switch_pays_for_the_replicas_it_strands_and_those_it_starts() -> None:
+    h = variant("h", stabilization_s=300.0)
+    cheap = variant("l", accelerator="l40s", price_per_gpu_hour=1.2, startup_delay_s=150.0)
+    inp = fleet(h, cheap, demand=10.0)
+    # 4 H100 held 300 s at 4 $/h (1.33 $) and 10 L40S starting 150 s at 1.2 $/h (0.5 $).
+    assert switch_cost(inp, {"h": 4, "l": 0}, {"h": 0, "l": 10}) == pytest.approx(4 / 3 + 0.5)
+    assert switch_cost(inp, {"h": 4, "l": 0}, {"h": 4, "l": 0}) == 0.0
+    with pytest.raises(ValueError, match="startup_delay_s"):
+        variant("bad", startup_delay_s=-1.0)
