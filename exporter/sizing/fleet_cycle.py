@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from exporter.config.values import DeploymentConfig, FleetConfig, FleetModelConfig
 from exporter.sizing.cycle import DeploymentCycle, Estimate, Sizer
@@ -118,6 +119,36 @@ class FleetSizer:
         self._transfers: dict[str, tuple[str, ServiceParams]] = {}
         self._transfer_errors: dict[str, float] = {}
         self._desired: dict[str, int] = {}  # the last plan's counts
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state for the state file: the planner's memory, the last counts, the
+        transfers made and their measured errors."""
+        return {
+            "planner": self.planner.to_dict(),
+            "desired": dict(self._desired),
+            "transfers": {name: {"source": source, "params": list(params.as_tuple())}
+                          for name, (source, params) in self._transfers.items()},
+            "transfer_errors": dict(self._transfer_errors),
+        }  # fmt: skip
+
+    def restore(self, data: Mapping[str, Any], now_s: float) -> None:
+        """Load what `to_dict` saved, for the variants still configured. Raises ValueError,
+        TypeError, KeyError or AttributeError on a bad shape (nothing is assigned then)."""
+        names = set(self.cycles)
+        desired = {str(k): int(n) for k, n in data["desired"].items() if k in names}
+        transfers = {
+            str(k): (str(t["source"]), ServiceParams(*(float(x) for x in t["params"])))
+            for k, t in data["transfers"].items() if k in names
+        }  # fmt: skip
+        errors = {str(k): float(x) for k, x in data["transfer_errors"].items() if k in names}
+        if any(n < 0 for n in desired.values()):
+            raise ValueError(f"desired: {desired!r}")
+        planner = FleetPlanner()
+        planner.restore(data["planner"], now_s)
+        self.planner, self._desired = planner, desired
+        self._transfers, self._transfer_errors = transfers, errors
 
     # -- prior transfer ------------------------------------------------------------------
 

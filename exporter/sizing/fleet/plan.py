@@ -7,9 +7,11 @@ Pure apart from the per-variant stabilization history: the caller passes the tim
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from exporter.sizing.fleet.evaluate import (
     SAME_RELATIVE,
@@ -228,6 +230,42 @@ class FleetPlanner:
         self._credit = 0.0  # $ a held-off cheaper mix has saved so far (see choose)
         self._last_s: float | None = None
         self.last_input: FleetInput | None = None  # the last plan's input, as held
+        self._saved_windows: dict[str, list[tuple[float, int]]] = {}  # restored, not yet used
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state: what a restarted daemon needs to plan as it would have."""
+        windows = {name: [[t, c] for t, c in w.entries()] for name, (_, w) in self._windows.items()}
+        return {
+            "windows": {**{k: [[t, c] for t, c in v] for k, v in self._saved_windows.items()},
+                        **windows},
+            "previous": self._previous,
+            "credit": self._credit,
+            "last_s": self._last_s,
+            "capacities": self.capacities.to_dict(),
+            "demand": self.demand.to_dict(),
+        }  # fmt: skip
+
+    def restore(self, data: Mapping[str, Any], now_s: float) -> None:
+        """Load what `to_dict` saved at `now_s` (s): the windows keep their entries within
+        their span once their variants are next planned. Raises ValueError, TypeError,
+        KeyError or AttributeError on a bad shape (nothing is assigned then)."""
+        windows = {
+            str(name): [(float(t), int(c)) for t, c in entries]
+            for name, entries in data["windows"].items()
+        }
+        previous = data["previous"]
+        previous = None if previous is None else {str(k): int(n) for k, n in previous.items()}
+        credit = float(data["credit"])
+        last_s = data["last_s"]
+        last_s = None if last_s is None else min(float(last_s), now_s)
+        capacities, demand = CapacityHold(), StickyDemand(self.demand.drop_share)
+        capacities.restore(data["capacities"])
+        demand.restore(data["demand"])
+        if not math.isfinite(credit) or credit < 0:
+            raise ValueError(f"credit: {credit!r}")
+        self._saved_windows, self._windows = windows, {}
+        self._previous, self._credit, self._last_s = previous, credit, last_s
+        self.capacities, self.demand = capacities, demand
 
     def held(self, inp: FleetInput) -> FleetInput:
         """`inp` with each variant's capacity and each model's demand as published."""
@@ -296,8 +334,8 @@ class FleetPlanner:
         held = self._windows.get(v.name)
         if held is None or held[0] != key:
             window = ScaleDownWindow(v.stabilization_s)
-            if held is not None:
-                window.restore(held[1].entries(), now_s, 0, v.max_replicas)
+            entries = held[1].entries() if held else self._saved_windows.pop(v.name, [])
+            window.restore(entries, now_s, 0, v.max_replicas)
             held = (key, window)
             self._windows[v.name] = held
         return held[1].hold(now_s, count)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # The band is this many times the recent estimates' scatter (robust: from the median absolute
 # deviation of their logarithms), at least BAND_FLOOR and at most BAND_CEILING (relative).
@@ -87,6 +89,21 @@ class CapacityHold:
             held.published = centre
         return held.published
 
+    def to_dict(self) -> dict[str, Any]:
+        return {name: {"trusted": h.trusted, "published": h.published,
+                       "history": list(h.history)} for name, h in self._held.items()}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Load what `to_dict` saved; raises ValueError or TypeError on a bad shape."""
+        held = {}
+        for name, entry in data.items():
+            trusted, published = entry["trusted"], _rate(entry["published"])
+            history = [_rate(x) for x in entry["history"]][-HISTORY:]
+            if not isinstance(trusted, bool) or not history:
+                raise ValueError(f"capacity hold {name!r}: {entry!r}")
+            held[str(name)] = _Held(trusted, published, deque(history, HISTORY))
+        self._held = held
+
     def band(self, name: str) -> float | None:
         """The variant's noise band now (relative), None before its first estimate."""
         held = self._held.get(name)
@@ -102,9 +119,24 @@ class StickyDemand:
         self.drop_share = drop_share
         self._held: dict[str, float] = {}
 
+    def to_dict(self) -> dict[str, float]:
+        return dict(self._held)
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Load what `to_dict` saved; raises ValueError or TypeError on a bad shape."""
+        self._held = {str(name): _rate(x) for name, x in data.items()}
+
     def publish(self, name: str, demand_rps: float) -> float:
         held = self._held.get(name)
         if held is None or demand_rps > held or demand_rps < self.drop_share * held:
             self._held[name] = demand_rps
             return demand_rps
         return held
+
+
+def _rate(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"not a number: {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a rate: {value!r}")
+    return float(value)
