@@ -35,8 +35,8 @@ class PlanReason(StrEnum):
 
 PLAN_MESSAGES: dict[PlanReason, str] = {
     PlanReason.LEAST_COST: "the cheapest counts that carry the demand within the GPUs there are",
-    PlanReason.KEPT_FOR_STABILITY: "a cheaper mix exists, but saves less than the switch share: "
-    "the current mix is kept, resized for the demand",
+    PlanReason.KEPT_FOR_STABILITY: "a cheaper plan exists, but saves less than the switch share "
+    "or has not yet paid for the replicas a switch holds and starts: the current plan is kept",
     PlanReason.INVENTORY_LIMITED: "the GPUs there are cannot carry all the demand: the rest is "
     "reported unserved",
     PlanReason.PRIORITY_LIMITED: "GPUs this model could use went to a higher-priority model: "
