@@ -305,9 +305,9 @@ def test_a_restart_restores_the_fleet_plans_memory(
     pair: tuple[EmulatedFleet, EmulatedFleet], clock: ManualClock, tmp_path: Path
 ) -> None:
     """The state file carries the fleet plan's memory: each variant's stabilization history,
-    the previous target, the held capacities and demand, the last counts and the transfers.
-    Restarted, the daemon plans from it; without it, a restart re-learned the held capacity
-    and demand from one cycle (and forgot the windows holding a scale-down)."""
+    the last counts and the transfers (and the held inputs where the planner holds them).
+    Restarted, the daemon plans from it; without it, a restart forgot the windows holding a
+    scale-down and exported no count until a window closed."""
     fast, slow = pair
     state = tmp_path / "state.json"
     config = replace(fleet_config(SLOW), state_file=state)
@@ -317,7 +317,7 @@ def test_a_restart_restores_the_fleet_plans_memory(
     run(first, clock, pair, 6)
     assert first.fleet is not None
     saved = first.fleet.to_dict()
-    assert saved["planner"]["capacities"] and saved["planner"]["demand"]
+    assert saved["planner"]["windows"]
     assert saved["desired"]
     registry = CollectorRegistry()
     second = Daemon(config, sources, registry, fast.sim_clock, StateFile(state),
