@@ -17,6 +17,11 @@ synthetic trace a diurnal day compressed into the same span (rate from 30 % to 1
 peak, Poisson), lengths drawn from the trace's (prompt, output) pairs. DURATION_S of each
 (scenarios a-c, to keep the bench within 15 minutes on 2 shared cores), STATIONARY_S for d.
 
+Per scenario the JSON also gives, over every variant of ours whose first replica became ready,
+the longest and the median wait from then to trusted (the calibration confidence at or above
+the trusted threshold), how many never were, and the capacity error of its prior (the
+scaling rule's transfer) against the truth once trusted.
+
 Per scenario the JSON gives ours' figures over its 4 runs (2 traces x 2 seeds):
 `cost_ratio_vs_oracle` and `cost_ratio_vs_best_single` (mean of the per-run ratios, with the
 worst), `met_share` (ours, judged windows meeting every target, pooled), `inventory_violations`
@@ -37,7 +42,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,14 +183,17 @@ def run_scenario(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         for kind, trace in (("conversation", real), ("synthetic", synthetic)):
             traces = split_by_share(trace, setup, np.random.default_rng(seed))
             began = time.process_time()
-            scores = [run_policy(setup, p, traces, windows)
-                      for p in standard_policies(setup, traces, windows)]
+            policies = standard_policies(setup, traces, windows)
+            scores = [run_policy(setup, p, traces, windows) for p in policies]
+            ours = policies[0]
+            assert isinstance(ours, PlannerPolicy) and ours.name == "ours"
             by = {s.name: s for s in scores}
             print(f"\n{name} / {kind} / seed {seed}: {len(trace)} requests, "
                   f"{time.process_time() - began:.1f} s CPU", flush=True)
             print(fleet_table(setup, scores), end="", flush=True)
             entry = {"trace": kind, "seed": seed, "requests": len(trace),
-                     "policies": {s.name: s.summary() for s in scores}, **_ours(by)}
+                     "policies": {s.name: s.summary() for s in scores}, **_ours(by),
+                     "trust": {name: asdict(r) for name, r in ours.trust.items()}}
             if kind == "conversation" and seed == SEEDS[0]:
                 entry["ours_even"] = _even(setup, traces, windows, by["oracle"])
                 plot_fleet(json_safe(fleet_json(setup, scores, windows)),
@@ -208,6 +216,7 @@ def run_scenario(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         "inventory_violations": sum(r["policies"]["ours"]["inventory_violations"] for r in runs),
         "plan_changes_stationary": max(r["policies"]["ours"]["plan_changes_after_warmup"]
                                        for r in runs),
+        **_trust(runs),
         "ours_even_cost_ratio_vs_oracle": next(r["ours_even"]["cost_ratio_vs_oracle_weighted"]
                                                for r in runs if "ours_even" in r),
         "ours_even_met_share": next(r["ours_even"]["met_share"] for r in runs
@@ -240,6 +249,29 @@ def _ours(by: dict[str, PolicyScore]) -> dict[str, float]:
             if by["best_single"].cost else math.inf}
 
 
+def _trust(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over every variant of every run whose first replica became ready: the longest wait
+    from then to trusted (s; a variant never trusted counts from its ready time to the end
+    and is counted apart), and its prior's capacity error against the truth (worst absolute,
+    and the median), once trusted."""
+    waits, never, errors = [], 0, []
+    for r in runs:
+        for rec in r["trust"].values():
+            if rec["trusted_s"] is None:
+                never += 1
+                continue
+            waits.append(rec["trusted_s"] - rec["ready_s"])
+            if rec["prior_vs_truth"] is not None:
+                errors.append(rec["prior_vs_truth"])
+    return {
+        "trusted_after_ready_s_worst": max(waits, default=math.nan),
+        "trusted_after_ready_s_median": float(np.median(waits)) if waits else math.nan,
+        "never_trusted_after_ready": never,
+        "prior_capacity_error_vs_truth_median": float(np.median(errors)) if errors else math.nan,
+        "prior_capacity_error_vs_truth_worst": max(errors, key=abs, default=math.nan),
+    }
+
+
 def _mean(runs: list[dict[str, Any]], key: str) -> float:
     return float(np.mean([r[key] for r in runs]))
 
@@ -262,6 +294,13 @@ def main() -> int:
               f"| {r['met_share']:.3f} | {r['met_share_oracle']:.3f} | "
               f"{r['met_share_best_single']:.3f} | {r['met_share_greedy_kv']:.3f} | "
               f"{r['inventory_violations']} | {r['plan_changes_stationary']}")
+    print("\nscenario | trusted after first ready, worst (median) s | never trusted | prior's "
+          "capacity error vs truth, median (worst)")
+    for name, r in results.items():
+        print(f"{name} | {r['trusted_after_ready_s_worst']:.0f} "
+              f"({r['trusted_after_ready_s_median']:.0f}) | {r['never_trusted_after_ready']} | "
+              f"{r['prior_capacity_error_vs_truth_median']:+.3f} "
+              f"({r['prior_capacity_error_vs_truth_worst']:+.3f})")
     cpu = time.process_time() - began
     print(f"\n{cpu:.0f} s CPU; load average {os.getloadavg()[0]:.1f}")
     out = with_run(run, {

@@ -27,7 +27,12 @@ from exporter.collector.observations import DeploymentObservation, ObservationSt
 from exporter.collector.sources import Source, pod_name_for_url
 from exporter.config.values import Config, SourceKind
 from exporter.daemon.cycle_reads import READ_DEADLINE, Reads, late_read, read_deployment
-from exporter.daemon.deployment_state import DeploymentRuntime, restore_state, saved_state
+from exporter.daemon.deployment_state import (
+    DeploymentRuntime,
+    restore_fleet,
+    restore_state,
+    saved_state,
+)
 from exporter.daemon.exposition import CycleSnapshot, DeploymentStatus, SnapshotCollector
 from exporter.daemon.fleet_reads import InventoryReader
 from exporter.daemon.log_lines import FailureStreaks, InfeasibleTargets, log_unexpected
@@ -345,14 +350,17 @@ class Daemon:
         if self._statefile is None:
             return
         try:
-            self._statefile.save(saved_state(self.sizer.cycles))
+            self._statefile.save(saved_state(self.sizer.cycles, self.fleet))
         except OSError as exc:
             self.metrics.state_save_errors.inc()
             logger.error("cannot save state to %s: %s", self._statefile.path, exc)
 
     def _restore(self) -> None:
         if self._statefile is not None:
-            problems = restore_state(self._statefile.load(), self.sizer.cycles, self._clock.time())
+            saved, now_s = self._statefile.load(), self._clock.time()
+            problems = restore_state(saved, self.sizer.cycles, now_s)
+            if self.fleet is not None:
+                problems += restore_fleet(saved, self.fleet, now_s)
             if problems:  # set aside, so the next start does not meet it again
                 self._statefile.set_aside("; ".join(problems)[:500])
 

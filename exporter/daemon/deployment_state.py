@@ -14,6 +14,7 @@ from exporter.collector.sources import Source
 from exporter.config.values import DeploymentConfig
 from exporter.daemon.state_bounds import out_of_bounds
 from exporter.sizing.cycle import DeploymentCycle
+from exporter.sizing.fleet_cycle import FleetSizer
 from exporter.sizing.points import new_tuner
 from model import Workload
 from model.calibration.tuner import Tuner
@@ -37,10 +38,14 @@ class DeploymentRuntime:
     demand_value: float | None = None  # the last cycle's demand (None: failed or not read)
 
 
-def saved_state(cycles: Mapping[str, DeploymentCycle]) -> dict[str, Any]:
+def saved_state(
+    cycles: Mapping[str, DeploymentCycle], fleet: FleetSizer | None = None
+) -> dict[str, Any]:
     """The JSON-safe state of every deployment: tuner, stabilization history, the forecasters'
-    rate history, request shape."""
+    rate history, request shape; and the fleet plan's (`fleet`), when there is one."""
     state: dict[str, Any] = {"deployments": {}}
+    if fleet is not None:
+        state["fleet"] = fleet.to_dict()
     for name, rt in cycles.items():
         state["deployments"][name] = {
             "tuner": rt.tuner.to_dict(),
@@ -102,6 +107,23 @@ def restore_state(
         rt.growth_seen = growth_seen
         logger.info("%s: restored calibration %s", name, rt.params)
     return problems
+
+
+def restore_fleet(saved: Mapping[str, Any], fleet: FleetSizer, now_s: float) -> list[str]:
+    """Restore the fleet plan's state from `saved` (none saved: nothing to do); an unusable
+    one is logged and the plan starts fresh. Returns why it was unusable (empty: restored)."""
+    entry = saved.get("fleet")
+    if entry is None:
+        return []
+    try:
+        if not isinstance(entry, Mapping):
+            raise TypeError("not a mapping")
+        fleet.restore(entry, now_s)
+    except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
+        logger.error("fleet plan: saved state unusable, starting fresh: %.200s", exc)
+        return [f"fleet: {str(exc):.200}"]
+    logger.info("fleet plan: restored")
+    return []
 
 
 def _same_settings(restored: Tuner, configured: Tuner) -> bool:

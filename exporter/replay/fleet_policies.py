@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from exporter.config.values import DEFAULT_STABILIZATION_S
@@ -32,6 +32,7 @@ from exporter.sizing.fleet.values import FleetInput, FleetModel, Variant
 from exporter.testbed.variant_truths import ARCHITECTURES, scaling_rule
 from model.calibration.observation import Observation
 from model.calibration.prior import CentreSource, prior_around
+from model.calibration.trust import is_trusted
 from model.calibration.tuner import Tuner
 from model.queueing.kv_limit import kv_batch_limit
 from model.queueing.params import ServerConfig, ServiceParams, Workload
@@ -126,6 +127,19 @@ class TrueEstimates:
         return v.truth.params, True
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrustRecord:
+    """When a variant's first replica was ready and when its tuner was first trusted (the
+    calibration confidence at or above the trusted threshold, `is_trusted`), both window ends
+    (s); and then, at the model's workload, the capacity per replica of its prior (the
+    scaling rule's transfer) over its own estimate's and over the truth's, less 1."""
+
+    ready_s: float
+    trusted_s: float | None = None
+    prior_vs_own: float | None = None
+    prior_vs_truth: float | None = None
+
+
 class TunerEstimates:
     """Ours: one single-deployment tuner per variant, its prior the scaling rule's transfer."""
 
@@ -149,6 +163,9 @@ class TunerEstimates:
             return tuner.params, True
         return self._rule[v.name], False
 
+    def prior(self, v: FleetVariant) -> ServiceParams:
+        return self._rule[v.name]
+
 
 class PlannerPolicy:
     """The fleet optimizer on some estimates, over all or some variants."""
@@ -164,9 +181,39 @@ class PlannerPolicy:
         self.capacities = Capacities(setup)
         self.planner = FleetPlanner()
         self.untrusted_windows = 0
+        self.trust: dict[str, TrustRecord] = {}
+
+    def _note_trust(self, now_s: float, windows: Mapping[str, ModelWindow]) -> None:
+        """Each variant's `TrustRecord` (ours' tuners only)."""
+        est = self.estimates
+        if not isinstance(est, TunerEstimates):
+            return
+        for m in self.setup.models:
+            seen = windows[m.name]
+            for v in m.variants:
+                record = self.trust.get(v.name)
+                if record is None:
+                    if seen.variants[v.name].ready > 0:
+                        self.trust[v.name] = TrustRecord(ready_s=now_s)
+                    continue
+                tuner = est.tuners[v.name]
+                if record.trusted_s is not None or tuner.params is None:
+                    continue
+                if not is_trusted(tuner.estimate().confidence):
+                    continue
+                prior, own, truth = (
+                    self.capacities.of(v, p, seen.workload, seen.input_cv, seen.output_cv)
+                    for p in (est.prior(v), tuner.params, v.truth.params)
+                )
+                self.trust[v.name] = replace(
+                    record, trusted_s=now_s,
+                    prior_vs_own=prior / own - 1.0 if own > 0 else None,
+                    prior_vs_truth=prior / truth - 1.0 if truth > 0 else None,
+                )  # fmt: skip
 
     def decide(self, now_s: float, windows: Mapping[str, ModelWindow]) -> FleetDecision:
         self.estimates.update(windows)
+        self._note_trust(now_s, windows)
         variants: list[Variant] = []
         caps: dict[str, float] = {}
         for m in self.setup.models:
@@ -187,6 +234,7 @@ class PlannerPolicy:
                     max_replicas=0 if off else v.max_replicas,
                     current_replicas=seen.asked, ready_replicas=seen.ready, trusted=trusted,
                     prior_capacity_rps=None if trusted else cap,
+                    startup_delay_s=v.truth.startup_delay_s,
                 ))  # fmt: skip
         inp = FleetInput(
             models=tuple(FleetModel(name=m.name, demand_rps=self._demand(windows[m.name]),

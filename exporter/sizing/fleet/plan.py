@@ -7,12 +7,22 @@ Pure apart from the per-variant stabilization history: the caller passes the tim
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
-from exporter.sizing.fleet.evaluate import SAME_RELATIVE, cost_per_hour, gpus_by_type, rank
+from exporter.sizing.fleet.evaluate import (
+    SAME_RELATIVE,
+    allocation,
+    cost_per_hour,
+    gpus_by_type,
+    rank,
+    within_limits,
+)
 from exporter.sizing.fleet.milp import solve
+from exporter.sizing.fleet.steady import CapacityHold, StickyDemand
 from exporter.sizing.fleet.values import (
     Allocation,
     FleetInput,
@@ -34,32 +44,117 @@ _PLAN_ORDER = (
 )
 
 
-def choose(inp: FleetInput) -> tuple[Allocation, set[str]]:
-    """The plan to run and the models kept on their current mix: the least-cost plan, unless
-    the current mix (the variants with replicas now, resized for the demand) serves as much
-    demand at every priority and costs less than 1 / (1 - switch_saving) times as much.
-    Both solves share the input's solver time: the second gets what the first left, at least
-    a tenth (a solve out of time keeps the better of its best plan and the greedy one)."""
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The plan to run, the models kept on a mix that is not the least-cost one, and what the
+    least-cost plan would save per hour ($) where it is held off only until it pays back the
+    replicas a switch strands (0: nothing held off)."""
+
+    plan: Allocation
+    kept: set[str]
+    held_off_saving_per_hour: float = 0.0
+
+
+def choose(
+    inp: FleetInput, previous: Mapping[str, int] | None = None, credit: float | None = None
+) -> Choice:
+    """The plan to run: the least-cost plan, unless the current mix (the variants with
+    replicas now that the previous target kept, resized for the demand) serves as
+    much demand at every priority and costs less than 1 / (1 - switch_saving) times as much.
+    The previous target itself is kept, unresized, when it serves as much and the least-cost
+    plan saves less than that share on it: a scale-up is never held back (the previous
+    target must serve as much), a small saving does not move the plan.
+
+    `credit` ($): what the least-cost mix has saved over the kept one so far (the caller
+    adds each cycle's `held_off_saving_per_hour` times its length). A switch strands the
+    replicas it scales down for their stabilization window and pays for the replicas it adds
+    while they start (`switch_cost`); the kept mix stays until the credit pays for that
+    (break-even, as renting until the rent paid would have bought):
+    a cheaper mix that lasts less than that is never switched to and back. None: no such
+    wait (a one-off plan).
+
+    Both solves share the input's solver time: the second gets what the first left, at
+    least a tenth (a solve out of time keeps the better of its best plan and the greedy
+    one)."""
     began = time.perf_counter()
     best = solve(inp)
+    if previous is not None:
+        held = _previous_kept(inp, best, previous)
+        if held is not None:
+            return held
+    in_use = _in_use(inp, previous)
     caps: dict[str, int] = {}
     for m in inp.models:
         own = inp.own(m.name)
-        if any(v.current_replicas > 0 for v in own):  # with nothing running, no mix to keep
-            caps.update({v.name: 0 for v in own if v.current_replicas == 0})
+        if any(in_use[v.name] for v in own):  # with nothing running, no mix to keep
+            caps.update({v.name: 0 for v in own if not in_use[v.name]})
     if all(best.replicas[name] <= cap for name, cap in caps.items()):
-        return best, set()
+        return Choice(best, set())
     limit_s = inp.solve_time_limit_s
     left_s = max(limit_s - (time.perf_counter() - began), 0.1 * limit_s)
     kept = solve(replace(inp, solve_time_limit_s=left_s), caps)
+    if not _serves_as_much(inp, kept, best):
+        return Choice(best, set())
+    changed = {v.model for v in inp.variants if kept.replicas[v.name] != best.replicas[v.name]}
+    if _keeps(inp, kept, best):
+        return Choice(kept, changed)
+    if credit is not None and credit < switch_cost(inp, kept.replicas, best.replicas):
+        return Choice(kept, changed, kept.cost_per_hour - best.cost_per_hour)
+    return Choice(best, set())
+
+
+def switch_cost(inp: FleetInput, kept: Mapping[str, int], best: Mapping[str, int]) -> float:
+    """What switching from `kept` to `best` pays ($) beyond running `best`: the replicas it
+    scales down, while their stabilization windows hold them, and the replicas it adds,
+    while they start (their startup delay)."""
+    return sum(
+        (max(kept[v.name] - best[v.name], 0) * v.stabilization_s
+         + max(best[v.name] - kept[v.name], 0) * v.startup_delay_s)
+        * v.cost_per_replica_hour / 3600.0
+        for v in inp.variants
+    )  # fmt: skip
+
+
+def _in_use(inp: FleetInput, previous: Mapping[str, int] | None) -> dict[str, bool]:
+    """The variants of the mix to keep: those with replicas now that the previous target
+    (where there is one) kept. Replicas held only by stabilization or make-before-break are
+    on their way out, not the mix."""
+    return {
+        v.name: v.current_replicas > 0 and (previous is None or previous.get(v.name, 1) > 0)
+        for v in inp.variants
+    }
+
+
+def _serves_as_much(inp: FleetInput, kept: Allocation, best: Allocation) -> bool:
     levels_kept, levels_best = rank(inp, kept)[:-1], rank(inp, best)[:-1]
-    serves_as_much = all(
+    return all(
         k <= b + SAME_RELATIVE * (1.0 + b) for k, b in zip(levels_kept, levels_best, strict=True)
     )
-    if not serves_as_much or best.cost_per_hour < (1.0 - inp.switch_saving) * kept.cost_per_hour:
-        return best, set()
-    changed = {v.model for v in inp.variants if kept.replicas[v.name] != best.replicas[v.name]}
-    return kept, changed
+
+
+def _keeps(inp: FleetInput, kept: Allocation, best: Allocation) -> bool:
+    """`kept` serves as much at every priority and costs less than 1 / (1 - switch_saving)
+    times `best`."""
+    return _serves_as_much(inp, kept, best) and (
+        best.cost_per_hour >= (1.0 - inp.switch_saving) * kept.cost_per_hour
+    )
+
+
+def _previous_kept(
+    inp: FleetInput, best: Allocation, previous: Mapping[str, int]
+) -> Choice | None:
+    """The previous target as it stands, when it is still a plan (within every bound and the
+    inventory) that `_keeps` against the least-cost one; None otherwise."""
+    if any(v.name not in previous for v in inp.variants):
+        return None
+    counts = {v.name: previous[v.name] for v in inp.variants}
+    if not within_limits(inp, counts):
+        return None
+    kept = replace(allocation(inp, counts), optimal=best.optimal)
+    if not _keeps(inp, kept, best):
+        return None
+    changed = {v.model for v in inp.variants if counts[v.name] != best.replicas[v.name]}
+    return Choice(kept, changed)
 
 
 def model_reasons(inp: FleetInput, plan: Allocation, kept: set[str]) -> dict[str, PlanReason]:
@@ -121,13 +216,88 @@ def within_inventory(
 
 
 class FleetPlanner:
-    """The fleet decision across cycles: each variant's scale-down stabilization window."""
+    """The fleet decision across cycles: each variant's scale-down stabilization window, its
+    published capacity and each model's demand held steady (exporter/sizing/fleet/steady.py),
+    and the previous target the next one must save enough on to replace."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, steady: bool = True) -> None:
+        """`steady` False: plan on the inputs as given (a one-off plan, a test)."""
         self._windows: dict[str, tuple[tuple[int, float], ScaleDownWindow]] = {}
+        self._steady = steady
+        self.capacities = CapacityHold()
+        self.demand = StickyDemand()
+        self._previous: dict[str, int] | None = None
+        self._credit = 0.0  # $ a held-off cheaper mix has saved so far (see choose)
+        self._last_s: float | None = None
+        self.last_input: FleetInput | None = None  # the last plan's input, as held
+        self._saved_windows: dict[str, list[tuple[float, int]]] = {}  # restored, not yet used
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state: what a restarted daemon needs to plan as it would have."""
+        windows = {name: [[t, c] for t, c in w.entries()] for name, (_, w) in self._windows.items()}
+        return {
+            "windows": {**{k: [[t, c] for t, c in v] for k, v in self._saved_windows.items()},
+                        **windows},
+            "previous": self._previous,
+            "credit": self._credit,
+            "last_s": self._last_s,
+            "capacities": self.capacities.to_dict(),
+            "demand": self.demand.to_dict(),
+        }  # fmt: skip
+
+    def restore(self, data: Mapping[str, Any], now_s: float) -> None:
+        """Load what `to_dict` saved at `now_s` (s): the windows keep their entries within
+        their span once their variants are next planned. Raises ValueError, TypeError,
+        KeyError or AttributeError on a bad shape (nothing is assigned then)."""
+        windows = {
+            str(name): [(float(t), int(c)) for t, c in entries]
+            for name, entries in data["windows"].items()
+        }
+        previous = data["previous"]
+        previous = None if previous is None else {str(k): int(n) for k, n in previous.items()}
+        credit = float(data["credit"])
+        last_s = data["last_s"]
+        last_s = None if last_s is None else min(float(last_s), now_s)
+        capacities, demand = CapacityHold(), StickyDemand(self.demand.drop_share)
+        capacities.restore(data["capacities"])
+        demand.restore(data["demand"])
+        if not math.isfinite(credit) or credit < 0:
+            raise ValueError(f"credit: {credit!r}")
+        self._saved_windows, self._windows = windows, {}
+        self._previous, self._credit, self._last_s = previous, credit, last_s
+        self.capacities, self.demand = capacities, demand
+
+    def held(self, inp: FleetInput) -> FleetInput:
+        """`inp` with each variant's capacity and each model's demand as published."""
+        if not self._steady:
+            return inp
+        variants = []
+        for v in inp.variants:
+            if v.trusted or v.prior_capacity_rps is None:
+                v = replace(v, capacity_rps=self.capacities.publish(v.name, v.capacity_rps,
+                                                                    v.trusted))
+            else:
+                prior = self.capacities.publish(v.name, v.prior_capacity_rps, v.trusted)
+                v = replace(v, prior_capacity_rps=prior)
+            variants.append(v)
+        models = tuple(replace(m, demand_rps=self.demand.publish(m.name, m.demand_rps))
+                       for m in inp.models)  # fmt: skip
+        return replace(inp, models=models, variants=tuple(variants))
+
     def decide(self, now_s: float, inp: FleetInput) -> FleetPlan:
         """This cycle's plan at wall time now_s (s)."""
-        chosen, kept = choose(inp)
+        inp = self.held(inp)
+        self.last_input = inp
+        if not self._steady:
+            choice = choose(inp)
+        else:
+            choice = choose(inp, self._previous, self._credit)
+            saving = choice.held_off_saving_per_hour
+            elapsed_s = 0.0 if self._last_s is None else max(now_s - self._last_s, 0.0)
+            self._credit = self._credit + saving * elapsed_s / 3600.0 if saving > 0 else 0.0
+            self._last_s = now_s
+        chosen, kept = choice.plan, choice.kept
+        self._previous = {**(self._previous or {}), **chosen.replicas}
         target = dict(chosen.replicas)
         holds = replacement_holds(inp, target)
         wanted = {
@@ -164,8 +334,8 @@ class FleetPlanner:
         held = self._windows.get(v.name)
         if held is None or held[0] != key:
             window = ScaleDownWindow(v.stabilization_s)
-            if held is not None:
-                window.restore(held[1].entries(), now_s, 0, v.max_replicas)
+            entries = held[1].entries() if held else self._saved_windows.pop(v.name, [])
+            window.restore(entries, now_s, 0, v.max_replicas)
             held = (key, window)
             self._windows[v.name] = held
         return held[1].hold(now_s, count)

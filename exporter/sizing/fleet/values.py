@@ -35,8 +35,8 @@ class PlanReason(StrEnum):
 
 PLAN_MESSAGES: dict[PlanReason, str] = {
     PlanReason.LEAST_COST: "the cheapest counts that carry the demand within the GPUs there are",
-    PlanReason.KEPT_FOR_STABILITY: "a cheaper mix exists, but saves less than the switch share: "
-    "the current mix is kept, resized for the demand",
+    PlanReason.KEPT_FOR_STABILITY: "a cheaper plan exists, but saves less than the switch share "
+    "or has not yet paid for the replicas a switch holds and starts: the current plan is kept",
     PlanReason.INVENTORY_LIMITED: "the GPUs there are cannot carry all the demand: the rest is "
     "reported unserved",
     PlanReason.PRIORITY_LIMITED: "GPUs this model could use went to a higher-priority model: "
@@ -85,6 +85,7 @@ class Variant:
     trusted: bool = True
     prior_capacity_rps: float | None = None
     stabilization_s: float = DEFAULT_STABILIZATION_S  # scale-down window, as a deployment's
+    startup_delay_s: float = 0.0  # from asked for to ready (s): a new replica's cost unserved
 
     def __post_init__(self) -> None:
         key = f"variants.{self.name}"
@@ -100,6 +101,8 @@ class Variant:
         _require(self.ready_replicas >= 0, f"{key}.ready_replicas", self.ready_replicas)
         window = self.stabilization_s
         _require(math.isfinite(window) and window >= 0, f"{key}.stabilization_s", window)
+        delay = self.startup_delay_s
+        _require(math.isfinite(delay) and delay >= 0, f"{key}.startup_delay_s", delay)
 
     @property
     def cost_per_replica_hour(self) -> float:

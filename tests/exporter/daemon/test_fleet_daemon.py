@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from urllib.error import HTTPError
 from urllib.request import urlopen
 
@@ -28,6 +30,7 @@ from exporter.config.values import (
 )
 from exporter.daemon.daemon import Daemon
 from exporter.daemon.server import SizerHTTPServer
+from exporter.daemon.statefile import StateFile
 from exporter.sizing.reasons import Reason
 from exporter.testbed.emulator import EmulatedFleet
 from model import ServerConfig, ServiceParams
@@ -296,3 +299,45 @@ def test_a_transferred_variant_calibrates_on_its_own_pods_and_reports_the_transf
         fast.stop()
         if slow is not None:
             slow.stop()
+
+
+def test_a_restart_restores_the_fleet_plans_memory(
+    pair: tuple[EmulatedFleet, EmulatedFleet], clock: ManualClock, tmp_path: Path
+) -> None:
+    """The state file carries the fleet plan's memory: each variant's stabilization history,
+    the last counts and the transfers (and the held inputs where the planner holds them).
+    Restarted, the daemon plans from it; without it, a restart forgot the windows holding a
+    scale-down and exported no count until a window closed."""
+    fast, slow = pair
+    state = tmp_path / "state.json"
+    config = replace(fleet_config(SLOW), state_file=state)
+    sources = {"on-h100": Scrape(fast), "on-l40s": Scrape(slow)}
+    first = Daemon(config, sources, CollectorRegistry(), fast.sim_clock, StateFile(state),
+                   inventory={"L40S": Inventory(16.0)})  # fmt: skip
+    run(first, clock, pair, 6)
+    assert first.fleet is not None
+    saved = first.fleet.to_dict()
+    assert saved["planner"]["windows"]
+    assert saved["desired"]
+    registry = CollectorRegistry()
+    second = Daemon(config, sources, registry, fast.sim_clock, StateFile(state),
+                    inventory={"L40S": Inventory(16.0)})  # fmt: skip
+    assert second.fleet is not None
+    assert json.loads(json.dumps(second.fleet.to_dict())) == json.loads(json.dumps(saved))
+    # Its first read closes no window (no plan yet): each variant exports the restored count.
+    run(second, clock, pair, 1)
+    for name, count in saved["desired"].items():
+        assert value(registry, "desired_replicas", deployment=name, model_name="llama") == count
+
+
+def test_an_unusable_saved_fleet_state_starts_the_plan_fresh(
+    pair: tuple[EmulatedFleet, EmulatedFleet], clock: ManualClock, tmp_path: Path
+) -> None:
+    fast, _ = pair
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"deployments": {}, "fleet": {"planner": {"credit": "x"}}}))
+    config = replace(fleet_config(SLOW), state_file=state)
+    daemon = Daemon(config, {"on-h100": Scrape(fast), "on-l40s": Scrape(pair[1])},
+                    CollectorRegistry(), fast.sim_clock, StateFile(state),
+                    inventory={"L40S": Inventory(16.0)})  # fmt: skip
+    assert daemon.fleet is not None and daemon.fleet.to_dict()["desired"] == {}

@@ -191,7 +191,10 @@ def test_the_oracle_with_foresight_scales_up_before_the_step(tmp_path: Path) -> 
     from exporter.replay.fleet_policies import PlannerPolicy, TrueEstimates
 
     setup = setup_of(tmp_path)
-    low, high = trace(1.0, 300.0), trace(12.0, 300.0, seed=1)
+    # One H100 carries about 48 req/s of these lengths; the step's 48 req/s (60 planned with
+    # the margin) needs a second replica. (The running H100 is kept on the low rate: the
+    # L40S mix would pay back the H100 it strands only after 7 minutes.)
+    low, high = trace(1.0, 300.0), trace(48.0, 300.0, seed=1)
     step = RequestTrace(np.concatenate([low.arrival_s, high.arrival_s + 300.0]),
                         np.concatenate([low.input_tokens, high.input_tokens]),
                         np.concatenate([low.output_tokens, high.output_tokens]))
@@ -206,3 +209,22 @@ def test_the_oracle_with_foresight_scales_up_before_the_step(tmp_path: Path) -> 
     # Window 8 runs what was asked at 240 s: foresight already sees the step at 300 s.
     assert replicas(ahead, 8) > replicas(plain, 8)
     assert replicas(ahead, 15) == replicas(plain, 15)  # on the plateau both plan the same
+
+
+def test_ours_records_when_each_variant_is_trusted_after_its_first_ready_replica(
+    tmp_path: Path,
+) -> None:
+    """Ours' trust record: the L40S (no replica at first, made cheap here so the plan adds
+    one) is trusted on the calibration confidence within 10 minutes of 30 s cycles after its
+    first replica is ready; its prior's capacity error is recorded then."""
+    from exporter.replay.fleet_policies import PlannerPolicy, TunerEstimates
+
+    setup = setup_of(tmp_path, FLEET.replace("L40S: {price_per_gpu_hour: 1.0",
+                                             "L40S: {price_per_gpu_hour: 0.2"))
+    ours = PlannerPolicy("ours", setup, TunerEstimates(setup))
+    run_policy(setup, ours, {"chat": trace(8.0, 1500.0)}, 50)
+    record = ours.trust["chat-l40s"]
+    assert record.ready_s > 30.0  # it started at 0 replicas
+    assert record.trusted_s is not None and record.trusted_s - record.ready_s <= 600.0
+    assert record.prior_vs_truth is not None and abs(record.prior_vs_truth) < 0.5
+    assert record.prior_vs_own is not None

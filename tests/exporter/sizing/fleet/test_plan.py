@@ -220,12 +220,15 @@ def test_a_higher_priority_is_never_starved_for_a_lower_one(inp: FleetInput, see
 
 @settings(max_examples=40, deadline=None)
 @given(instances, st.integers(0, 2**32 - 1))
-def test_a_stationary_input_gives_the_same_plan_every_cycle(inp: FleetInput, seed: int) -> None:
+def test_a_stationary_input_changes_the_plan_at_most_once(inp: FleetInput, seed: int) -> None:
+    """The same input every cycle: the plan is the same every cycle, except that a cheaper mix
+    held off until it pays back the replicas a switch strands is switched to once, and then
+    kept."""
     planner = FleetPlanner()
     inp = _with_current(inp, seed)
-    first = planner.decide(0.0, inp)
-    for step in range(1, 5):
-        assert planner.decide(30.0 * step, inp) == first
+    plans = [planner.decide(30.0 * step, inp).target for step in range(40)]
+    changes = [k for k in range(1, len(plans)) if plans[k] != plans[k - 1]]
+    assert len(changes) <= 1, changes
 
 
 @settings(max_examples=25, deadline=None)
