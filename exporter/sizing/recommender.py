@@ -20,8 +20,8 @@ from exporter.config.values import DemandKind, DeploymentConfig
 from exporter.sizing.evidence import PastMiss, bounded, envelope, holds_load, miss_floor
 from exporter.sizing.feasibility import infeasible_at_max
 from exporter.sizing.forecast import forecast
-from exporter.sizing.forecasters import NOISE_WINDOWS, rising_slope
 from exporter.sizing.forecast_choice import held_for_rise
+from exporter.sizing.forecasters import NOISE_WINDOWS, rising_slope
 from exporter.sizing.handover import Handover
 from exporter.sizing.reasons import REASON_MESSAGES, Reason
 from exporter.sizing.scale_to_zero import PodsState, Verdict, ZeroGate, pods_state
