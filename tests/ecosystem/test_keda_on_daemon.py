@@ -227,11 +227,14 @@ def test_every_dashboard_query_returns_a_series_from_the_daemon(stack) -> None:
                and not any(name in q.expr for name in FLEET_ONLY)]  # fmt: skip
     assert len(queries) == len(panel_queries()) - 1 - FLEET_PANEL_QUERIES
     empty = [expr for expr in queries if not instant(url, expr)]
-    # The arrival CV exists in sidecar mode only (one loopback URL); this stack reads two pods.
-    # tests/exporter/collector/test_arrival_sampler.py checks the daemon exports it there.
+    # The arrival CV and the prompt burst factor exist in sidecar mode only (one loopback URL,
+    # the per-second sampler); this stack reads two pods.
+    # tests/exporter/collector/test_arrival_sampler.py checks the daemon exports the CV there,
+    # tests/exporter/sizing/test_bursts.py the burst reading.
     # The forecast error needs forecast_choice.MIN_SCORED scored cycles, more than this stack
     # runs; tests/exporter/daemon/test_exposition.py checks it is exported once there is one.
     assert empty == [
         'max(vllm_sizer_arrival_cv{deployment="llama-8b-vllm"})',
+        'vllm_sizer_prompt_burst_factor{deployment="llama-8b-vllm"}',
         'vllm_sizer_forecast_error_ratio{deployment="llama-8b-vllm"}',
     ]
