@@ -75,6 +75,8 @@ class SizerValues:
             "calibration_confidence": 0.9,
             "headroom_factor": 1.25,
             "extrapolation_ratio": 1.4,
+            "capacity_extrapolated": 1.0,
+            "prompt_burst_factor": 2.1,
             "forecast_horizon_seconds": 300.0,
             "forecast_error_ratio": 0.08,
         }
