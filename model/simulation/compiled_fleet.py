@@ -96,16 +96,7 @@ class CompiledFleet:
 
     def add_requests(self, trace: RequestTrace) -> None:
         """Offer more requests; their arrivals must not precede now or earlier offers."""
-        if len(trace) == 0:
-            return
-        table = self._requests
-        floor_s = max(self._now_s, float(table.arrival_s[table.size - 1]) if table.size else 0.0)
-        if trace.arrival_s[0] < floor_s:
-            raise ValueError(
-                f"`arrival_s` must not precede the simulator's time or earlier requests "
-                f"({floor_s}), got {trace.arrival_s[0]}"
-            )
-        table.append(trace.arrival_s, trace.input_tokens, trace.output_tokens, trace.cached_tokens)
+        self._requests.offer(trace, self._now_s)
 
     def set_replicas(self, count: int) -> None:
         """Scale to `count` replicas now: add (ready after the startup delay) or drain."""

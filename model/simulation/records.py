@@ -140,8 +140,19 @@ class WindowRecords(Sequence[IterationRecord]):
     def __getitem__(self, index: int | slice) -> IterationRecord | Sequence[IterationRecord]:
         if isinstance(index, slice):
             return [self[k] for k in range(*index.indices(len(self)))]
-        k = range(len(self))[index]
-        g, f, d = (_offsets(c) for c in (self.gap_count, self.first_count, self.finished_count))
+        return self._record(range(len(self))[index], self._offsets())
+
+    def __iter__(self) -> Iterator[IterationRecord]:
+        offsets = self._offsets()
+        for k in range(len(self)):
+            yield self._record(k, offsets)
+
+    def _offsets(self) -> tuple[IntArray, IntArray, IntArray]:
+        """Where each record's gaps, first tokens and finished requests start and end."""
+        return _offsets(self.gap_count), _offsets(self.first_count), _offsets(self.finished_count)
+
+    def _record(self, k: int, offsets: tuple[IntArray, IntArray, IntArray]) -> IterationRecord:
+        g, f, d = offsets
         return IterationRecord(
             replica=int(self.replica[k]),
             end_s=float(self.end_s[k]),
@@ -154,19 +165,3 @@ class WindowRecords(Sequence[IterationRecord]):
             first_token_ids=self.first_token_ids[f[k] : f[k + 1]],
             finished_ids=self.finished_ids[d[k] : d[k + 1]],
         )
-
-    def __iter__(self) -> Iterator[IterationRecord]:
-        g, f, d = (_offsets(c) for c in (self.gap_count, self.first_count, self.finished_count))
-        for k in range(len(self)):
-            yield IterationRecord(
-                replica=int(self.replica[k]),
-                end_s=float(self.end_s[k]),
-                iterations=int(self.iterations[k]),
-                tokens_per_iteration=int(self.tokens_per_iteration[k]),
-                emitted_tokens=int(self.emitted_tokens[k]),
-                preemptions=int(self.preemptions[k]),
-                gap_s=self.gap_s[g[k] : g[k + 1]],
-                gap_weight=self.gap_weight[g[k] : g[k + 1]],
-                first_token_ids=self.first_token_ids[f[k] : f[k + 1]],
-                finished_ids=self.finished_ids[d[k] : d[k + 1]],
-            )

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from model.simulation.workloads import RequestTrace
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -54,6 +58,19 @@ class RequestTable:
         self.output_tokens[self.size : end] = output_tokens
         self.cached_tokens[self.size : end] = 0 if cached_tokens is None else cached_tokens
         self.size = end
+
+    def offer(self, trace: RequestTrace, now_s: float) -> None:
+        """Append a trace offered at simulated time `now_s`: its arrivals must not precede
+        now or the requests already offered (both simulators' `add_requests`)."""
+        if len(trace) == 0:
+            return
+        floor_s = max(now_s, float(self.arrival_s[self.size - 1]) if self.size else 0.0)
+        if trace.arrival_s[0] < floor_s:
+            raise ValueError(
+                f"`arrival_s` must not precede the simulator's time or earlier requests "
+                f"({floor_s}), got {trace.arrival_s[0]}"
+            )
+        self.append(trace.arrival_s, trace.input_tokens, trace.output_tokens, trace.cached_tokens)
 
     def _grow(self, needed: int) -> None:
         cap = max(needed, 2 * self.arrival_s.size)
