@@ -25,7 +25,14 @@ from model.simulation import fleet_kernel as fk
 from model.simulation.records import WindowRecords
 from model.simulation.replica import ReplicaState
 from model.simulation.request_table import RequestTable
-from model.simulation.simulator import ReplicaStatus, Router, SimResult, Simulator, table_result
+from model.simulation.simulator import (
+    ReplicaStatus,
+    Router,
+    SimResult,
+    Simulator,
+    check_fleet_arguments,
+    table_result,
+)
 from model.simulation.step_kernel import SLOT_ROWS
 from model.simulation.workloads import RequestTrace
 
@@ -49,11 +56,7 @@ class CompiledFleet:
         startup_delay_s: float = 0.0,
         max_jump_s: float = math.inf,
     ) -> None:
-        require_int_at_least("replicas", replicas, 0)
-        if kv_capacity_tokens is not None:
-            require_int_at_least("kv_capacity_tokens", kv_capacity_tokens, 1)
-        if not (isinstance(max_jump_s, int | float) and max_jump_s > 0):
-            raise ValueError(f"`max_jump_s` must be a number > 0 (inf allowed), got {max_jump_s}")
+        check_fleet_arguments(replicas, kv_capacity_tokens, max_jump_s)
         self._startup_delay_s = require_non_negative("startup_delay_s", startup_delay_s)
         alpha, beta, gamma = params.as_tuple()
         self._cfg = np.array([alpha, beta, gamma, float(max_jump_s) * 1000.0])

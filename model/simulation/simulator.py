@@ -121,6 +121,16 @@ class SimResult:
         return (self.arrival_s > start_s) & (self.arrival_s <= end_s)
 
 
+def check_fleet_arguments(replicas: int, kv_capacity_tokens: int | None, max_jump_s: float) -> None:
+    """The checks both simulators (this one and compiled_fleet.CompiledFleet) make on their
+    fleet's arguments."""
+    require_int_at_least("replicas", replicas, 0)
+    if kv_capacity_tokens is not None:
+        require_int_at_least("kv_capacity_tokens", kv_capacity_tokens, 1)
+    if not (isinstance(max_jump_s, int | float) and max_jump_s > 0):
+        raise ValueError(f"`max_jump_s` must be a number > 0 (inf allowed), got {max_jump_s}")
+
+
 class Simulator:
     """A fleet of simulated vLLM replicas; times in s."""
 
@@ -139,11 +149,7 @@ class Simulator:
     ) -> None:
         """`compiled_step`: each replica's engine step compiled (model/simulation/
         step_kernel.py); False: numpy, the reference it is tested against (same results)."""
-        require_int_at_least("replicas", replicas, 0)
-        if kv_capacity_tokens is not None:
-            require_int_at_least("kv_capacity_tokens", kv_capacity_tokens, 1)
-        if not (isinstance(max_jump_s, int | float) and max_jump_s > 0):
-            raise ValueError(f"`max_jump_s` must be a number > 0 (inf allowed), got {max_jump_s}")
+        check_fleet_arguments(replicas, kv_capacity_tokens, max_jump_s)
         self._params = params
         self._server = server
         self._router = Router(router)
